@@ -1,0 +1,22 @@
+"""mpinb: a Jupyter environment for MPI.
+
+``Pool`` keeps MPI ranks alive between cells; ``%load_ext mpinb`` adds the ``%mpi``/``%%mpi`` magics.
+"""
+
+from .errors import PoolError, PoolStartError, RankError
+from .magics import load_ipython_extension, unload_ipython_extension
+from .pool import Pool
+from .result import RankFailure, RunResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Pool",
+    "PoolError",
+    "PoolStartError",
+    "RankError",
+    "RankFailure",
+    "RunResult",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]

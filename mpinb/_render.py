@@ -1,0 +1,79 @@
+"""Per-rank output as plain text and static HTML.
+
+This is what a notebook keeps where widgets are not rendered (nbclient, nbconvert, GitHub), and
+what ``RunResult`` shows in a terminal.
+"""
+
+from __future__ import annotations
+
+import html
+
+from ._ranges import format_ranks
+
+# Colour-blind friendly qualitative palette (Tableau 10); the widget uses the same one.
+COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
+          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
+
+
+def color(rank: int) -> str:
+    return COLORS[rank % len(COLORS)]
+
+
+def grouped_values(ranks: list[int], values: dict[int, str]) -> list[tuple[list[int], str]]:
+    """``[(ranks, repr)]``: ranks whose last expression had the same repr share one row."""
+    groups: dict[str, list[int]] = {}
+    for rank in ranks:
+        text = values.get(rank)
+        if text:
+            groups.setdefault(text, []).append(rank)
+    return [(group, text) for text, group in groups.items()]
+
+
+def _plain(bundle: dict) -> str:
+    data = bundle.get("data", {})
+    return data.get("text/plain", "<" + ", ".join(sorted(data)) + ">")
+
+
+def as_text(ranks, stdout, stderr, outputs, values) -> str:
+    lines = []
+    for rank in ranks:
+        lines += [f"[{rank}] {line}" for line in stdout.get(rank, "").splitlines()]
+        lines += [f"[{rank}:err] {line}" for line in stderr.get(rank, "").splitlines()]
+        lines += [f"[{rank}] {_plain(bundle)}" for bundle in outputs.get(rank, [])]
+    for group, text in grouped_values(ranks, values):
+        lines.append(f"Out[{format_ranks(group)}]: {text}")
+    return "\n".join(lines)
+
+
+def _html_bundle(bundle: dict) -> str:
+    data = bundle.get("data", {})
+    if "image/png" in data:
+        return f'<img src="data:image/png;base64,{data["image/png"]}"/>'
+    if "image/svg+xml" in data:
+        return data["image/svg+xml"]
+    if "text/html" in data:
+        return data["text/html"]
+    return f"<pre>{html.escape(_plain(bundle))}</pre>"
+
+
+def as_html(ranks, stdout, stderr, outputs, values) -> str:
+    rows = []
+    for rank in ranks:
+        tag = f'<span style="color:{color(rank)};font-weight:bold">[{rank}]</span> '
+        err = f'<span style="color:{color(rank)};font-weight:bold">[{rank}:err]</span> '
+        text = [tag + html.escape(line) for line in stdout.get(rank, "").splitlines()]
+        text += [err + f'<span style="color:#c00">{html.escape(line)}</span>'
+                 for line in stderr.get(rank, "").splitlines()]
+        if text:
+            rows.append('<pre style="margin:0">' + "\n".join(text) + "</pre>")
+        for bundle in outputs.get(rank, []):
+            rows.append(f'<div>{tag}</div><div>{_html_bundle(bundle)}</div>')
+    groups = grouped_values(ranks, values)
+    if groups:
+        cells = "".join(
+            f'<tr><td style="text-align:left">Out[{format_ranks(group)}]</td>'
+            f'<td style="text-align:left"><code>{html.escape(text)}</code></td></tr>'
+            for group, text in groups
+        )
+        rows.append(f'<table class="mpinb-values">{cells}</table>')
+    return '<div class="mpinb-output">' + "".join(rows) + "</div>"

@@ -1,0 +1,39 @@
+"""Follows a run's output while it runs, so that the notebook can show each rank's lines live."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+OutputCallback = Callable[[int, str, object], None]
+"""``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text) or ``"display"``
+(one mime bundle); ``"reset"`` with the full text when a carriage return rewrote a stream."""
+
+
+class StreamTracker:
+    """Turns ipyparallel's growing per-engine output into per-rank increments."""
+
+    def __init__(self, async_result, ranks: list[int]):
+        self._ar = async_result
+        self._ranks = ranks
+        self._seen = {(rank, kind): 0 for rank in ranks for kind in ("stdout", "stderr", "display")}
+        self._text = {(rank, kind): "" for rank in ranks for kind in ("stdout", "stderr")}
+
+    def poll(self, callback: OutputCallback | None) -> None:
+        if callback is None:
+            return
+        for kind in ("stdout", "stderr"):
+            for rank, text in zip(self._ranks, getattr(self._ar, kind)):
+                text = text or ""
+                old = self._text[rank, kind]
+                if text == old:
+                    continue
+                self._text[rank, kind] = text
+                if text.startswith(old):
+                    callback(rank, kind, text[len(old):])
+                else:
+                    callback(rank, "reset-" + kind, text)
+        for rank, bundles in zip(self._ranks, self._ar.outputs):
+            seen = self._seen[rank, "display"]
+            for bundle in bundles[seen:]:
+                callback(rank, "display", bundle)
+            self._seen[rank, "display"] = len(bundles)

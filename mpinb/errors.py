@@ -1,0 +1,60 @@
+"""The exception types users see.
+
+Plain built-in bases, as mpi4py does: a failure to start is a ``RuntimeError``, bad arguments are
+``ValueError``/``TypeError``, and errors raised by user code on the ranks are gathered into one
+``RankError`` that renders each distinct traceback once, with the ranks it came from.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._ranges import format_ranks
+
+if TYPE_CHECKING:
+    from .result import RankFailure, RunResult
+
+
+class PoolError(RuntimeError):
+    """The pool could not do what was asked (not started, failed to start, died)."""
+
+
+class PoolStartError(PoolError):
+    """The MPI ranks or the controller did not come up; the message says why and what to do."""
+
+
+class RankError(RuntimeError):
+    """User code raised on one or more ranks.
+
+    ``failures`` maps rank -> :class:`RankFailure`; ``result`` is the whole :class:`RunResult`
+    (outputs of every rank included), so nothing the cell printed is lost.
+    """
+
+    def __init__(self, result: RunResult):
+        self.result = result
+        self.failures: dict[int, RankFailure] = dict(result.errors)
+        super().__init__(self._summary())
+
+    def groups(self) -> list[tuple[list[int], RankFailure]]:
+        """Distinct failures, each with the ranks that raised it (identical tracebacks merged)."""
+        return self.result.error_groups()
+
+    def _summary(self) -> str:
+        lines = []
+        for ranks, failure in self.groups():
+            lines.append(f"{format_ranks(ranks, word=True)} raised {failure.headline()}")
+        waiting = [r for r in self.result.ranks if r not in self.failures]
+        if waiting:
+            lines.append(f"{format_ranks(waiting, word=True)} finished without error")
+        return "; ".join(lines)
+
+    def render(self) -> str:
+        """Every distinct traceback once, under the ranks that raised it."""
+        parts = []
+        for ranks, failure in self.groups():
+            parts.append(f"[{format_ranks(ranks, word=True)}] {failure.traceback.rstrip()}")
+        return "\n\n".join(parts)
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of printing our own (uninteresting) client-side stack.
+        return self.render().splitlines()

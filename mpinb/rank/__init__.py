@@ -1,0 +1,6 @@
+"""Code that runs inside each MPI rank of the pool (an ipyparallel engine)."""
+
+from ._execute import run_cell, run_file
+from ._setup import hello, init
+
+__all__ = ["hello", "init", "run_cell", "run_file"]

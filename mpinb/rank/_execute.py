@@ -1,0 +1,147 @@
+"""Runs a cell or a script on one rank and reports what happened as a plain dict.
+
+Every exception of user code is caught here and described (type, message, user-only traceback,
+line), so that the notebook can merge identical failures across ranks and show each once.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import linecache
+import os
+import runpy
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from .._values import pack
+from ._output import capped_output
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL = (_HERE, os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
+
+
+def run_cell(source: str, filename: str, max_lines: int, max_chars: int) -> dict:
+    """Execute ``source`` in the user's namespace; the last expression's value is returned."""
+    from IPython import get_ipython
+
+    namespace = get_ipython().user_ns
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return _run(lambda: _exec_cell(source, filename, namespace), filename, max_lines, max_chars)
+
+
+def run_file(
+    path: str, args: list[str], stdin: str | None, cwd: str, max_lines: int, max_chars: int
+) -> dict:
+    """Run a script as ``mpiexec python path *args`` would: ``__main__``, argv, cwd, stdin on rank 0."""
+
+    def script() -> None:
+        with _as_main_program(path, args, stdin, cwd):
+            runpy.run_path(path, run_name="__main__")
+
+    return _run(script, path, max_lines, max_chars)
+
+
+def _exec_cell(source: str, filename: str, namespace: dict) -> object:
+    tree = ast.parse(source, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_quietly(source):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), namespace)
+    if last is not None:
+        return eval(compile(last, filename, "eval"), namespace)
+    return None
+
+
+def _ends_quietly(source: str) -> bool:
+    """IPython's rule: a trailing ``;`` hides the value of the last expression."""
+    lines = [line.split("#", 1)[0].rstrip() for line in source.rstrip().splitlines()]
+    return bool(lines) and lines[-1].endswith(";")
+
+
+def _run(body: Callable[[], object], filename: str, max_lines: int, max_chars: int) -> dict:
+    record: dict = {"value": None, "repr": "", "why": "", "has_value": False, "error": None}
+    start = time.perf_counter()
+    with capped_output(max_lines, max_chars) as dropped:
+        try:
+            value = body()
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                record["error"] = _describe(exc, filename, exit_code=exc.code)
+        except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
+            record["error"] = _describe(exc, filename)
+        else:
+            if value is not None:
+                record["value"], record["repr"], record["why"] = pack(value)
+                record["has_value"] = True
+        _show_figures()
+    record["dropped_lines"] = dropped["lines"]
+    record["elapsed"] = time.perf_counter() - start
+    return record
+
+
+def _describe(exc: BaseException, filename: str, exit_code: object = None) -> dict:
+    tbe = traceback.TracebackException.from_exception(exc)
+    frames = [f for f in tbe.stack if not f.filename.startswith(_INTERNAL)]
+    tbe.stack = traceback.StackSummary.from_list(frames or list(tbe.stack)[-1:])
+    line = next((f.lineno for f in reversed(frames) if f.filename == filename), None)
+    if line is None and isinstance(exc, SyntaxError):
+        line = exc.lineno
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    message = str(exc)
+    if isinstance(exc, SystemExit):
+        message = f"exit code {exit_code}" if isinstance(exit_code, int) else str(exit_code)
+    return {
+        "type": name,
+        "message": message,
+        "traceback": "".join(tbe.format()),
+        "line": line,
+        "file": filename,
+    }
+
+
+@contextmanager
+def _as_main_program(path: str, args: list[str], stdin: str | None, cwd: str) -> Iterator[None]:
+    from mpi4py import MPI
+
+    saved = (sys.argv, list(sys.path), sys.stdin, builtins.input, os.getcwd())
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(path))
+    on_rank0 = MPI.COMM_WORLD.Get_rank() == 0
+    sys.stdin = io.StringIO(stdin if (stdin and on_rank0) else "")
+    builtins.input = _input_from_stdin
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:], sys.stdin, builtins.input = saved[0], saved[1], saved[2], saved[3]
+        os.chdir(saved[4])
+
+
+def _input_from_stdin(prompt: object = "") -> str:
+    """``input()`` reading the script's stdin (the kernel's own input() asks the notebook)."""
+    if prompt:
+        sys.stdout.write(str(prompt))
+        sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError("EOF when reading a line")
+    return line[:-1] if line.endswith("\n") else line
+
+
+def _show_figures() -> None:
+    """Send open matplotlib figures to the notebook, as the inline backend does after a cell."""
+    if "matplotlib.pyplot" not in sys.modules:
+        return
+    try:
+        import matplotlib.pyplot as plt
+
+        if plt.get_fignums() and "inline" in plt.get_backend():
+            plt.show()
+    except Exception:  # noqa: BLE001 - a plotting failure must not hide the cell's own result
+        traceback.print_exc()

@@ -1,0 +1,75 @@
+"""Caps what one rank may print in one cell, so that a runaway loop cannot freeze the browser."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator, TextIO
+
+
+class CappedStream:
+    """Passes writes through until ``max_lines`` lines or ``max_chars`` characters, then counts them."""
+
+    def __init__(self, stream: TextIO, max_lines: int, max_chars: int):
+        self._stream = stream
+        self._lines_left = max_lines
+        self._chars_left = max_chars
+        self.dropped_lines = 0
+        self.dropped_chars = 0
+
+    def write(self, text: str) -> int:
+        if self.dropped_chars:
+            self._drop(text)
+            return len(text)
+        lines = text.count("\n")
+        if lines <= self._lines_left and len(text) <= self._chars_left:
+            self._lines_left -= lines
+            self._chars_left -= len(text)
+            return self._stream.write(text)
+        keep = text[: self._chars_left]
+        if keep.count("\n") > self._lines_left:
+            end = -1
+            for _ in range(self._lines_left):
+                end = keep.index("\n", end + 1)
+            keep = keep[: end + 1]
+        if keep:
+            self._stream.write(keep)
+        self._lines_left = self._chars_left = 0
+        self._drop(text[len(keep):])
+        return len(text)
+
+    def _drop(self, text: str) -> None:
+        self.dropped_chars += len(text)
+        self.dropped_lines += text.count("\n")
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
+    """Cap ``sys.stdout``/``sys.stderr`` for the duration; yields a dict of what was dropped."""
+    dropped = {"lines": 0, "chars": 0}
+    saved = sys.stdout, sys.stderr
+    out = CappedStream(saved[0], max_lines, max_chars)
+    err = CappedStream(saved[1], max_lines, max_chars)
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield dropped
+    finally:
+        sys.stdout, sys.stderr = saved
+        for capped, stream in ((out, saved[0]), (err, saved[1])):
+            if capped.dropped_chars:
+                dropped["lines"] += capped.dropped_lines
+                dropped["chars"] += capped.dropped_chars
+                stream.write(
+                    f"\n[mpinb] output cut: {capped.dropped_lines:,} more lines "
+                    f"({capped.dropped_chars:,} characters) not shown. "
+                    "Print less, or raise the cap with Pool(max_output_lines=...).\n"
+                )
+        for stream in saved:
+            stream.flush()

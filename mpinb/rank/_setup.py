@@ -1,0 +1,43 @@
+"""What each rank does once, when the pool starts: its namespace and its MPI settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+_ready = False
+
+
+def init() -> None:
+    """Fill the user's namespace with ``MPI, comm, rank, size, np`` (run by the engine at start-up)."""
+    global _ready
+    import numpy as np
+    from IPython import get_ipython
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    get_ipython().user_ns.update(
+        MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=np
+    )
+    # The pool owns MPI's lifetime: a script's MPI.Finalize() must not break the next cell.
+    MPI.Finalize = _finalize_is_owned_by_the_pool
+    _ready = True
+
+
+def _finalize_is_owned_by_the_pool() -> None:
+    """MPI.Finalize() inside the pool: MPI ends when the pool stops, not before."""
+
+
+def hello() -> dict:
+    """Who this rank is; the pool calls it once to check every rank came up with the right world."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    return {
+        "ready": _ready,
+        "rank": world.Get_rank(),
+        "size": world.Get_size(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+    }

@@ -1,0 +1,77 @@
+"""What one run on the pool produced: per-rank output, values and failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import _render
+from ._ranges import format_ranks
+from .errors import RankError
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """An exception raised by user code on one rank, described in plain data."""
+
+    type: str
+    message: str
+    traceback: str
+    line: int | None = None
+    file: str = ""
+
+    def headline(self) -> str:
+        where = f" (line {self.line})" if self.line else ""
+        text = f"{self.type}: {self.message}" if self.message else self.type
+        return text + where
+
+
+@dataclass
+class RunResult:
+    """Everything a run left, keyed by rank: ``stdout``, ``stderr``, ``outputs``, ``value``, ``errors``.
+
+    ``outputs[r]`` holds rank r's rich display data (``display()``, figures) as mime bundles;
+    ``value[r]`` the value of the cell's last expression (``None`` when it had none).
+    """
+
+    ranks: list[int]
+    stdout: dict[int, str] = field(default_factory=dict)
+    stderr: dict[int, str] = field(default_factory=dict)
+    outputs: dict[int, list[dict]] = field(default_factory=dict)
+    value: dict[int, object] = field(default_factory=dict)
+    value_repr: dict[int, str] = field(default_factory=dict)
+    errors: dict[int, RankFailure] = field(default_factory=dict)
+    dropped_lines: dict[int, int] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def error_groups(self) -> list[tuple[list[int], RankFailure]]:
+        """Failures with identical tracebacks merged: ``[(ranks, failure), ...]`` in rank order."""
+        groups: dict[tuple, tuple[list[int], RankFailure]] = {}
+        for rank in sorted(self.errors):
+            failure = self.errors[rank]
+            key = (failure.type, failure.message, failure.traceback)
+            groups.setdefault(key, ([], failure))[0].append(rank)
+        return list(groups.values())
+
+    def raise_for_errors(self) -> RunResult:
+        """Raise :class:`RankError` if any rank failed; return ``self`` otherwise."""
+        if self.errors:
+            raise RankError(self)
+        return self
+
+    def text(self) -> str:
+        """Per-rank output as plain text, each line prefixed by its rank."""
+        return _render.as_text(self.ranks, self.stdout, self.stderr, self.outputs, self.value_repr)
+
+    def __repr__(self) -> str:
+        state = "ok" if self.ok else f"failed on {format_ranks(self.errors, word=True)}"
+        return f"<RunResult {format_ranks(self.ranks, word=True)}, {state}, {self.elapsed:.3f} s>"
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(repr(self) + "\n" + self.text())
+
+    def _repr_html_(self) -> str:
+        return _render.as_html(self.ranks, self.stdout, self.stderr, self.outputs, self.value_repr)
