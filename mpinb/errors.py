@@ -58,3 +58,12 @@ class RankError(RuntimeError):
     def _render_traceback_(self) -> list[str]:
         # IPython calls this instead of printing our own (uninteresting) client-side stack.
         return self.render().splitlines()
+
+
+class CellSyntaxError(SyntaxError):
+    """A cell that does not compile, reported once for all ranks, pointing into the cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        import traceback
+
+        return "".join(traceback.format_exception_only(SyntaxError, self)).splitlines()

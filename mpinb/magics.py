@@ -1,2 +1,232 @@
-def load_ipython_extension(ip): pass
-def unload_ipython_extension(ip): pass
+"""``%mpi``, ``%%mpi`` and ``%autompi``: parse the arguments, then call :mod:`mpinb.session`.
+
+Usage errors raise IPython's ``UsageError`` with the usage text, so a typo never starts anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+
+from . import session
+from .errors import PoolError
+
+_USER_MISTAKES = (ValueError, TypeError, NameError, OSError, PoolError)
+SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull")
+_STATEMENT_AFTER_WORD = re.compile(r"^\s*([=(\[.,:+\-*/%<>!&|^@]|$)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` (with the usage) instead of exiting the kernel."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise UsageError(message or self.format_help())
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def _add_size(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", type=_positive_int, metavar="N", help="number of MPI ranks")
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--targets", "-t", metavar="RANKS", help="ranks to run on, e.g. 0,2-3")
+    parser.add_argument("--timeout", type=_positive_float, metavar="S", help="interrupt after S seconds")
+    parser.add_argument("--output", "-o", choices=session.OUTPUT_MODES, default="tabs",
+                        help="tabs (default): merged view and a tab per rank; merged; rank0")
+
+
+def _cell_parser() -> _Parser:
+    parser = _Parser(prog="%%mpi", description="Run the cell on every MPI rank of the pool.")
+    _add_size(parser)
+    _add_run_options(parser)
+    return parser
+
+
+def _start_parser(name: str) -> _Parser:
+    parser = _Parser(prog=f"%mpi {name}", description=f"{name.capitalize()} the pool of MPI ranks.")
+    _add_size(parser)
+    parser.add_argument("--launcher", default="mpi", help="mpi (default), slurm, pbs, ssh, ...")
+    parser.add_argument("--mpiexec", help="path of the mpiexec to use")
+    parser.add_argument("mpiexec_args", nargs="*", help="after --: extra arguments for mpiexec")
+    return parser
+
+
+def _run_parser() -> _Parser:
+    parser = _Parser(prog="%mpi run", description="Run an MPI script on the pool, unchanged.")
+    _add_run_options(parser)
+    parser.add_argument("--stdin", metavar="FILE", help="file given to rank 0 as standard input")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+LINE_USAGE = """\
+%mpi start [-n N] [--launcher NAME] [-- mpiexec args]   start the pool
+%mpi stop | restart [-n N] | status                     manage it
+%mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
+%mpi push NAME [NAME ...]                               copy notebook variables to every rank
+%mpi pull NAME                                          the per-rank list of a rank variable
+%mpi STATEMENT                                          run one line on every rank
+%%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]"""
+
+
+def _split(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as err:
+        raise UsageError(f"cannot read the arguments: {err}") from None
+
+
+@magics_class
+class MPIMagics(Magics):
+    """The magics; each one parses its line, then calls a function of :mod:`mpinb.session`."""
+
+    @line_cell_magic
+    def mpi(self, line: str, cell: str | None = None):
+        """Run code on the MPI pool (``%%mpi``) or manage it (``%mpi start|stop|...``)."""
+        try:
+            if cell is not None:
+                args = _cell_parser().parse_args(_split(line))
+                session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout,
+                                 output=args.output)
+                return None
+            return self._line(line)
+        except _USER_MISTAKES as err:
+            # Errors of user code on the ranks arrive as RankError; these are about the request.
+            raise UsageError(str(err)) from None
+
+    def _line(self, line: str):
+        word, _, rest = line.strip().partition(" ")
+        if not word:
+            raise UsageError(LINE_USAGE)
+        if word not in SUBCOMMANDS or _STATEMENT_AFTER_WORD.match(rest) and rest.strip():
+            session.run_cell(line)
+            return None
+        argv = _split(rest)
+        if word in ("start", "restart"):
+            extra = []
+            if "--" in argv:
+                cut = argv.index("--")
+                argv, extra = argv[:cut], argv[cut + 1:]
+            args = _start_parser(word).parse_args(argv)
+            options = {"launcher": args.launcher, "mpiexec": args.mpiexec,
+                       "mpiexec_args": args.mpiexec_args + extra}
+            if word == "start":
+                session.start_pool(args.n, **options)
+            else:
+                session.restart_pool(args.n, **options)
+            return None
+        if word == "stop":
+            _no_arguments(word, argv)
+            if not session.stop_pool():
+                print("mpinb: no pool was running")
+            return None
+        if word == "status":
+            _no_arguments(word, argv)
+            pool = session.current_pool()
+            if pool is None:
+                print("mpinb: no pool is running (`%mpi start -n N` or any %%mpi cell starts one)")
+            else:
+                session.show_status(pool)
+            return None
+        if word == "run":
+            args = _run_parser().parse_args(argv)
+            stdin = None
+            if args.stdin:
+                with open(args.stdin) as handle:
+                    stdin = handle.read()
+            session.run_script(args.script, args.args, stdin=stdin, targets=args.targets,
+                               timeout=args.timeout, output=args.output)
+            return None
+        if word == "push":
+            if not argv:
+                raise UsageError("%mpi push NAME [NAME ...]: name the notebook variables to copy")
+            user_ns = self.shell.user_ns
+            missing = [name for name in argv if name not in user_ns]
+            if missing:
+                raise UsageError(f"the notebook has no variable {', '.join(missing)}")
+            _require_pool().push({name: user_ns[name] for name in argv})
+            return None
+        if word == "pull":
+            if len(argv) != 1:
+                raise UsageError("%mpi pull NAME: name one variable of the ranks")
+            return _require_pool().pull(argv[0])
+        raise UsageError(LINE_USAGE)
+
+    @line_magic
+    def autompi(self, line: str) -> None:
+        """``%autompi`` [on|off]: run every following cell on the pool, until ``%autompi off``."""
+        arg = line.strip().lower()
+        if arg not in ("", "on", "off"):
+            raise UsageError("%autompi [on|off]")
+        enable = (arg == "on") or (arg == "" and not _autompi_enabled(self.shell))
+        _set_autompi(self.shell, enable)
+        print("mpinb: every cell now runs on the pool (`%autompi off` to stop)" if enable
+              else "mpinb: cells run in the notebook again")
+
+
+def _no_arguments(word: str, argv: list[str]) -> None:
+    if argv:
+        raise UsageError(f"%mpi {word} takes no arguments, got {' '.join(argv)!r}")
+
+
+def _require_pool():
+    pool = session.current_pool()
+    if pool is None:
+        raise UsageError("no pool is running: `%mpi start -n N` (or any %%mpi cell) starts one")
+    return pool
+
+
+def _autompi_transformer(lines: list[str]) -> list[str]:
+    """Prefix ``%%mpi`` to a cell unless it starts with a magic (so ``%autompi off`` still works)."""
+    first = next((line for line in lines if line.strip()), "")
+    if not first or first.lstrip().startswith("%"):
+        return lines
+    return ["%%mpi\n", *lines]
+
+
+def _autompi_enabled(shell) -> bool:
+    return _autompi_transformer in shell.input_transformers_cleanup
+
+
+def _set_autompi(shell, enable: bool) -> None:
+    if enable and not _autompi_enabled(shell):
+        shell.input_transformers_cleanup.append(_autompi_transformer)
+    elif not enable and _autompi_enabled(shell):
+        shell.input_transformers_cleanup.remove(_autompi_transformer)
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext mpinb``."""
+    ipython.register_magics(MPIMagics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    _set_autompi(ipython, False)
+    session.stop_pool()

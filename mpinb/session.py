@@ -1,0 +1,165 @@
+"""The notebook's pool and the steps behind each magic, as plain functions (no IPython needed)."""
+
+from __future__ import annotations
+
+import html
+import time
+
+from IPython.display import display
+
+from ._ranges import format_ranks
+from .errors import CellSyntaxError, PoolError, RankError
+from .pool import Pool
+from .result import RunResult
+from .widgets import RankOutput
+
+OUTPUT_MODES = ("tabs", "merged", "rank0")
+_pool: Pool | None = None
+
+
+def current_pool() -> Pool | None:
+    """The pool the magics use, if one is running."""
+    return _pool if _pool is not None and _pool.running else None
+
+
+def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
+    """Start the notebook's pool (``Pool`` options pass through); one line says how it went."""
+    global _pool
+    if current_pool() is not None:
+        raise PoolError(
+            f"a pool of {_pool.size} ranks is already running: "
+            "use `%mpi restart -n N` to change it, or `%mpi stop`"
+        )
+    pool = Pool(n, **options)
+    began = time.perf_counter()
+    pool.start()
+    _pool = pool
+    if not quiet:
+        print(
+            f"mpinb: started {pool.size} MPI ranks in {time.perf_counter() - began:.1f} s "
+            "(`%mpi stop` ends them)"
+        )
+    return pool
+
+
+def stop_pool() -> bool:
+    """Stop the notebook's pool; ``False`` if there was none."""
+    global _pool
+    pool, _pool = _pool, None
+    if pool is None or not pool.running:
+        return False
+    pool.stop()
+    return True
+
+
+def restart_pool(n: int | None = None, **options) -> Pool:
+    """Stop the pool and start a new one (same size unless ``n`` is given)."""
+    previous = _pool
+    if n is None and previous is not None:
+        n = previous.size
+    if previous is not None and not options:
+        settings = previous.settings
+        options = {
+            "launcher": settings.launcher,
+            "mpiexec": settings.mpiexec,
+            "mpiexec_args": settings.mpiexec_args,
+            "env": settings.env,
+            "yield_when_idle": settings.yield_when_idle,
+            "launcher_options": settings.launcher_options,
+        }
+    stop_pool()
+    return start_pool(n, **options)
+
+
+def pool_for_cell(n: int | None) -> Pool:
+    """The running pool, or a new one; a cell asking for another size gets a clear error."""
+    pool = current_pool()
+    if pool is None:
+        return start_pool(n)
+    if n is not None and n != pool.size:
+        raise PoolError(
+            f"the pool has {pool.size} ranks but this cell asks for {n}: run `%mpi restart -n {n}` "
+            "first (the ranks' variables are lost), or drop -n to use the running pool"
+        )
+    return pool
+
+
+def to_python(cell: str) -> str:
+    """IPython syntax (``%magic``, ``!cmd``) as plain Python, as the ranks will run it."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(cell)
+
+
+def run_cell(
+    code: str,
+    n: int | None = None,
+    targets: object = None,
+    timeout: float | None = None,
+    output: str = "tabs",
+) -> RunResult:
+    """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises."""
+    code = to_python(code)
+    try:
+        compile(code, "<mpi cell>", "exec")
+    except SyntaxError as err:
+        raise CellSyntaxError(err.msg, ("<mpi cell>", err.lineno, err.offset, err.text)) from None
+    pool = pool_for_cell(n)
+    return _shown(pool, targets, output, lambda show: pool.run(code, targets, timeout, show))
+
+
+def run_script(
+    path: str,
+    args: list[str],
+    stdin: str | None = None,
+    targets: object = None,
+    timeout: float | None = None,
+    output: str = "tabs",
+) -> RunResult:
+    """``%mpi run``: an existing script on the pool, shown like a cell."""
+    pool = pool_for_cell(None)
+    return _shown(
+        pool, targets, output, lambda show: pool.run_file(path, args, stdin, targets, timeout, show)
+    )
+
+
+def _shown(pool: Pool, targets: object, output: str, call) -> RunResult:
+    """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included."""
+    if output not in OUTPUT_MODES:
+        raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
+    view = RankOutput(pool.ranks(targets), mode=output)
+    handle = display(view, display_id=True)
+    result, how = None, ""
+    try:
+        result = call(view.append)
+        return result
+    except RankError as err:
+        result = err.result
+        raise
+    except KeyboardInterrupt:
+        result, how = pool.last_result, "interrupted"
+        raise
+    except TimeoutError:
+        result, how = pool.last_result, "timed out"
+        raise
+    finally:
+        view.finish(result, how)
+        handle.update(view)
+
+
+def show_status(pool: Pool) -> None:
+    """``%mpi status``: a table of the ranks."""
+    rows = pool.status()
+    header = ["rank", "host", "pid", "state", "CPU %", "memory MB"]
+    cells = [
+        [r["rank"], r["host"], r["pid"], r["state"],
+         "" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}",
+         "" if r["memory_mb"] is None else f"{r['memory_mb']:.0f}"]
+        for r in rows
+    ]
+    text = "\n".join("  ".join(str(c).ljust(10) for c in row) for row in [header, *cells])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{h}</th>" for h in header)
+    summary = f"{pool.size} ranks ({format_ranks(range(pool.size), word=True)}), {pool.settings.launcher} launcher"
+    display({"text/plain": summary + "\n" + text,
+             "text/html": f"<p>{html.escape(summary)}</p><table><tr>{head}</tr>{body}</table>"}, raw=True)

@@ -1,0 +1,139 @@
+"""Live per-rank output of a run: a merged view and a tab per rank (``output.js`` draws it)."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import anywidget
+import traitlets as t
+
+from .. import _render
+from .._ranges import format_ranks
+from ..result import RunResult
+
+# Richest first: the one kind of each display bundle that the widget keeps.
+_MIMES = ("image/png", "image/svg+xml", "text/html", "text/plain")
+_SYNC_INTERVAL = 0.25
+
+
+class RankOutput(anywidget.AnyWidget):
+    """Per-rank stdout/stderr/display data, streamed while a run goes on.
+
+    ``mode`` is ``"tabs"`` (merged view plus a tab per rank), ``"merged"`` or ``"rank0"``.
+    Outside a live notebook (nbclient, nbconvert) the same output is kept as text and HTML.
+    """
+
+    _esm = pathlib.Path(__file__).with_name("output.js")
+
+    ranks = t.List(t.Int()).tag(sync=True)
+    stdout = t.List(t.Unicode()).tag(sync=True)
+    stderr = t.List(t.Unicode()).tag(sync=True)
+    displays = t.List(t.List(t.Dict())).tag(sync=True)
+    merged = t.List(t.List()).tag(sync=True)
+    state = t.List(t.Unicode()).tag(sync=True)
+    values = t.List(t.Unicode()).tag(sync=True)
+    mode = t.Unicode("tabs").tag(sync=True)
+    summary = t.Unicode("").tag(sync=True)
+
+    def __init__(self, ranks: list[int], mode: str = "tabs", **kwargs):
+        count = len(ranks)
+        super().__init__(
+            ranks=list(ranks),
+            stdout=[""] * count,
+            stderr=[""] * count,
+            displays=[[] for _ in ranks],
+            state=["running"] * count,
+            values=[""] * count,
+            mode=mode,
+            summary=f"{format_ranks(ranks, word=True)} running",
+            **kwargs,
+        )
+        self._index = {rank: i for i, rank in enumerate(ranks)}
+        self._buffer = {
+            "stdout": list(self.stdout),
+            "stderr": list(self.stderr),
+            "displays": [list(d) for d in self.displays],
+            "merged": [],
+        }
+        self._outputs: dict[int, list[dict]] = {rank: [] for rank in ranks}
+        self._last_sync = 0.0
+        self._started = time.perf_counter()
+
+    def append(self, rank: int, kind: str, data: object) -> None:
+        """Take one increment from the pool (see ``mpinb._streams``); sync at most 4 times a second."""
+        i = self._index[rank]
+        buf = self._buffer
+        if kind in ("stdout", "stderr"):
+            buf[kind][i] += data
+            merged = buf["merged"]
+            if merged and merged[-1][0] == i and merged[-1][1] == kind:
+                merged[-1] = [i, kind, merged[-1][2] + data]
+            else:
+                merged.append([i, kind, data])
+        elif kind.startswith("reset-"):
+            buf[kind[6:]][i] = data
+        elif kind == "display":
+            self._outputs[rank].append(data)
+            buf["displays"][i].append(_displayable(data))
+        now = time.perf_counter()
+        if now - self._last_sync >= _SYNC_INTERVAL:
+            self._sync(now)
+
+    def _sync(self, now: float) -> None:
+        buf = self._buffer
+        with self.hold_sync():
+            self.stdout = list(buf["stdout"])
+            self.stderr = list(buf["stderr"])
+            self.displays = [list(d) for d in buf["displays"]]
+            self.merged = [list(m) for m in buf["merged"]]
+            self.summary = f"{format_ranks(self.ranks, word=True)} running · {now - self._started:.1f} s"
+        self._last_sync = now
+
+    def finish(self, result: RunResult | None, how: str = "") -> None:
+        """Show the final state: per-rank marks, values, and a one-line summary."""
+        self._sync(time.perf_counter())
+        with self.hold_sync():
+            if result is not None:
+                self.stdout = [result.stdout.get(r, "") for r in self.ranks]
+                self.stderr = [result.stderr.get(r, "") for r in self.ranks]
+                self.values = [result.value_repr.get(r, "") for r in self.ranks]
+                self.state = ["error" if r in result.errors else "ok" for r in self.ranks]
+                self._outputs = {r: result.outputs.get(r, []) for r in self.ranks}
+            if how:
+                self.state = [s if s == "error" else "interrupted" for s in self.state]
+            elapsed = result.elapsed if result is not None else time.perf_counter() - self._started
+            words = [format_ranks(self.ranks, word=True)]
+            if result is not None and result.errors:
+                words.append(f"failed on {format_ranks(result.errors, word=True)}")
+            words.append(how or "done")
+            words.append(f"{elapsed:.2f} s")
+            self.summary = " · ".join(words)
+
+    # What notebooks keep where the widget cannot be drawn.
+    def _fallback(self) -> tuple[str, str]:
+        ranks = self.ranks
+        stdout = dict(zip(ranks, self.stdout))
+        stderr = dict(zip(ranks, self.stderr))
+        values = dict(zip(ranks, self.values))
+        if self.mode == "rank0":
+            ranks = [r for r in ranks if r == 0]
+        text = _render.as_text(ranks, stdout, stderr, self._outputs, values)
+        page = _render.as_html(ranks, stdout, stderr, self._outputs, values)
+        return text or self.summary, page
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
+        data = dict(data)
+        data["text/plain"], data["text/html"] = self._fallback()
+        return data, metadata
+
+
+def _displayable(bundle: dict) -> dict:
+    data = bundle.get("data", {})
+    for mime in _MIMES:
+        if mime in data:
+            value = data[mime]
+            return {"mime": mime, "data": value if isinstance(value, str) else str(value)}
+    return {"mime": "text/plain", "data": "<" + ", ".join(sorted(data)) + ">"}
