@@ -163,12 +163,13 @@ class Pool:
                 self._watch(engine_set)
             self._client = cluster.connect_client_sync()
             self._wait_for_ranks()
-        except BaseException as err:
+        except KeyboardInterrupt:
+            self._shutdown()
+            raise
+        except Exception as err:
             message = self._startup_report(err)
             self._shutdown()
-            if isinstance(err, (PoolStartError, KeyboardInterrupt)):
-                raise
-            raise PoolStartError(message) from err
+            raise PoolStartError(message) from (None if isinstance(err, PoolStartError) else err)
         _live_pools.add(self)
         return self
 
@@ -213,31 +214,29 @@ class Pool:
 
     def _dead_process(self) -> str | None:
         cluster = self._cluster
-        if cluster.controller is not None and cluster.controller.state == "after":
+        if cluster.controller is not None and _has_exited(cluster.controller):
             return "the ipyparallel controller exited during start-up."
         for engine_set in cluster.engines.values():
-            if engine_set.state == "after":
-                code = (engine_set.stop_data or {}).get("exit_code")
-                return f"the MPI launcher exited (code {code}) before all ranks came up."
+            if _has_exited(engine_set):
+                return "the MPI launcher exited before all ranks came up."
         return None
 
     def _startup_report(self, err: BaseException) -> str:
         """Why start-up failed, with the launcher's own output, which usually says it all."""
         text = str(err) if isinstance(err, PoolStartError) else f"{type(err).__name__}: {err}"
         output = ""
-        if self._cluster is not None:
-            for engine_set in self._cluster.engines.values():
-                try:
-                    output += engine_set.get_output(remove=False)
-                except Exception:  # noqa: BLE001 - the report must not fail itself
-                    pass
-        output = output.strip()
+        for _ in range(10):  # the launcher's log can lag its exit by a moment
+            if self._cluster is not None:
+                output = "".join(_launcher_output(es) for es in self._cluster.engines.values()).strip()
+            if output:
+                break
+            time.sleep(0.1)
         if output:
             tail = "\n".join(output.splitlines()[-30:])
             text += f"\n\nOutput of the MPI launcher:\n{tail}"
         if self.settings.local:
             text += (
-                f"\n\nCheck that `{self.settings.mpiexec or 'mpiexec'} -n {self.settings.n} "
+                f"\n\nCheck that `{find_mpiexec(self.settings.mpiexec)} -n {self.settings.n} "
                 f"{sys.executable} -c 'from mpi4py import MPI'` works in a terminal."
             )
         return text
@@ -544,6 +543,29 @@ def _launcher_config_name(launcher: str) -> str:
     from ipyparallel.cluster.launcher import find_launcher_class
 
     return find_launcher_class(launcher, "EngineSet").__name__
+
+
+def _has_exited(launcher) -> bool:
+    """Whether a launched process is gone (ipyparallel only learns it while its loop runs)."""
+    proc = getattr(launcher, "process", None)
+    if isinstance(proc, psutil.Process):
+        try:
+            return proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    return launcher.state == "after"
+
+
+def _launcher_output(launcher) -> str:
+    """What the launcher printed: its log file, or ipyparallel's copy once it noticed the exit."""
+    try:
+        with open(getattr(launcher, "output_file", ""), errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        text = ""
+    if not text and launcher.state == "after":
+        text = launcher.get_output(remove=False) or ""
+    return text
 
 
 def _per_message_done(pending) -> list[bool]:

@@ -22,6 +22,12 @@ def current_pool() -> Pool | None:
     return _pool if _pool is not None and _pool.running else None
 
 
+def use_pool(pool: Pool | None) -> None:
+    """Make the magics run on ``pool`` (a started :class:`Pool`), or on none."""
+    global _pool
+    _pool = pool
+
+
 def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     """Start the notebook's pool (``Pool`` options pass through); one line says how it went."""
     global _pool

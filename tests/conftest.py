@@ -1,0 +1,81 @@
+"""Shared pools (real MPI, real ipyparallel) and the check that no process outlives the tests."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+import mpinb
+from mpinb import session
+
+POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy", "mpinb._watchdog")
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
+
+
+def pool_processes() -> list[psutil.Process]:
+    """Every process on this machine that belongs to some MPI pool."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        try:
+            text = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
+        except psutil.Error:
+            continue
+        if any(marker in text for marker in POOL_MARKERS):
+            found.append(proc)
+    return found
+
+
+def wait_until_gone(seconds: float = 10.0) -> list[psutil.Process]:
+    """Pool processes still alive after ``seconds`` (an empty list is the good answer)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [p for p in pool_processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_tests():
+    before = {p.pid for p in pool_processes()}
+    assert not before, f"pool processes were already running before the tests: {before}"
+    yield
+    session.stop_pool()
+    left = wait_until_gone()
+    assert not left, "pool processes outlived the test session: " + ", ".join(
+        f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
+    )
+
+
+@pytest.fixture(scope="session", params=[1, 4], ids=["1-rank", "4-ranks"])
+def any_pool(request):
+    """The same tests at size 1 and size N, as mpi4py's own suite does."""
+    with mpinb.Pool(request.param) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="session")
+def pool4():
+    with mpinb.Pool(4) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="session")
+def ip(pool4):
+    """An IPython shell with ``%load_ext mpinb`` whose magics use the shared 4-rank pool."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "mpinb")
+    session.use_pool(pool4)
+    yield shell
+    session.use_pool(None)
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> str:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    return os.path.abspath(ARTIFACTS)

@@ -1,0 +1,104 @@
+"""Starting and stopping: bad input, MPI that fails to start, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import mpinb
+from conftest import pool_processes, wait_until_gone
+
+
+@pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError)])
+def test_bad_sizes_are_refused_before_anything_starts(n, error):
+    with pytest.raises(error, match="n must"):
+        mpinb.Pool(n)
+
+
+def test_missing_mpiexec_says_how_to_install_one():
+    pool = mpinb.Pool(2, mpiexec="/nonexistent/mpiexec")
+    with pytest.raises(mpinb.PoolStartError, match="pip install mpich"):
+        pool.start()
+    assert not pool.running
+
+
+def test_an_mpi_that_fails_to_start_is_reported_quickly():
+    pool = mpinb.Pool(2, mpiexec_args=["--no-such-option"])
+    began = time.monotonic()
+    with pytest.raises(mpinb.PoolStartError) as info:
+        pool.start()
+    assert time.monotonic() - began < 15
+    text = str(info.value)
+    assert "MPI launcher exited" in text and "no-such-option" in text
+    assert not wait_until_gone(5)
+
+
+def test_using_a_stopped_pool_says_what_to_do():
+    pool = mpinb.Pool(2)
+    with pytest.raises(mpinb.PoolError, match="call pool.start()"):
+        pool.run("pass")
+
+
+def test_start_stop_restart_leave_nothing_behind():
+    pool = mpinb.Pool(2)
+    with pool:
+        assert pool.run("size").value == {0: 2, 1: 2}
+        pids = [row["pid"] for row in pool.status()]
+        pool.restart(3)
+        assert pool.run("size").value == {0: 3, 1: 3, 2: 3}
+        assert not any(_alive(pid) for pid in pids)
+    began = time.monotonic()
+    assert not wait_until_gone(5)
+    assert time.monotonic() - began < 5
+    assert not pool.running
+
+
+def test_dead_notebook_process_takes_its_pool_with_it(tmp_path):
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import mpinb, sys
+            pool = mpinb.Pool(2).start()
+            print("ready", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        assert len(pool_processes()) >= 4
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(5)
+        assert not wait_until_gone(10), "a SIGKILLed owner must not leave ranks running"
+    finally:
+        owner.kill()
+
+
+def test_oversubscribed_pool_yields_and_stays_usable():
+    ranks = 4 * (os.cpu_count() or 1)
+    with mpinb.Pool(ranks) as pool:
+        env = pool.run("import os\nos.environ.get('MPIR_CVAR_ENABLE_HEAVY_YIELD')", targets=[0]).value[0]
+        assert env == "1"
+        began = time.monotonic()
+        for _ in range(5):
+            assert set(pool.run("comm.allreduce(rank)").value.values()) == {ranks * (ranks - 1) // 2}
+        assert time.monotonic() - began < 10
+
+
+def test_user_environment_reaches_the_ranks():
+    with mpinb.Pool(1, env={"OMP_NUM_THREADS": "3", "MY_SETTING": "x"}) as pool:
+        value = pool.run("import os\nos.environ['OMP_NUM_THREADS'], os.environ['MY_SETTING']").value
+    assert value == {0: ("3", "x")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,209 @@
+"""The Python API on real pools, written once and run at sizes 1 and 4."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mpinb
+from mpinb._values import ReprOnly
+
+
+def test_values_and_stdout_per_rank(any_pool):
+    res = any_pool.run("x = rank * 2\nprint(x)\nx")
+    n = any_pool.size
+    assert res.ranks == list(range(n))
+    assert res.value == {r: 2 * r for r in range(n)}
+    assert res.stdout == {r: f"{2 * r}\n" for r in range(n)}
+    assert res.ok and res.errors == {}
+
+
+def test_namespace_starts_with_mpi_names(any_pool):
+    res = any_pool.run(
+        "from mpi4py import MPI as M\n"
+        "(MPI is M, comm is M.COMM_WORLD, rank == comm.Get_rank(), size == comm.Get_size(), np.__name__)"
+    )
+    assert set(res.value.values()) == {(True, True, True, True, "numpy")}
+
+
+def test_variables_persist_between_runs(any_pool):
+    any_pool.run("kept = rank + 100")
+    assert any_pool.pull("kept") == [r + 100 for r in range(any_pool.size)]
+
+
+def test_mpi_collective_inside_run(any_pool):
+    res = any_pool.run("comm.allreduce(rank + 1)")
+    n = any_pool.size
+    assert set(res.value.values()) == {n * (n + 1) // 2}
+
+
+def test_push_pull(any_pool):
+    any_pool.push({"a": 1, "b": [1, 2]})
+    assert any_pool.pull("a") == [1] * any_pool.size
+    assert any_pool.pull("b") == [[1, 2]] * any_pool.size
+
+
+def test_pull_of_a_missing_name_says_which_ranks(any_pool):
+    with pytest.raises(NameError, match="no variable 'never_defined'"):
+        any_pool.pull("never_defined")
+
+
+@pytest.mark.parametrize("bad", ["1x", "a b", "", 3])
+def test_bad_variable_names_are_refused(any_pool, bad):
+    with pytest.raises(ValueError, match="not a valid Python variable name"):
+        any_pool.pull(bad)
+
+
+def test_scatter_gather_round_trip_uneven(any_pool):
+    data = np.arange(10 * 3, dtype=float).reshape(10, 3)
+    any_pool.scatter("part", data)
+    parts = any_pool.pull("part")
+    assert sum(len(p) for p in parts) == 10
+    assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    np.testing.assert_array_equal(any_pool.gather("part"), data)
+    shapes = any_pool.run("part.shape").value
+    assert all(shape[1:] == (3,) for shape in shapes.values())
+
+
+def test_scatter_refuses_a_scalar(any_pool):
+    with pytest.raises(ValueError, match="at least one dimension"):
+        any_pool.scatter("s", 5)
+
+
+def test_identical_tracebacks_are_merged(any_pool):
+    with pytest.raises(mpinb.RankError) as info:
+        any_pool.run("y = 1\n1 / 0\n")
+    err = info.value
+    groups = err.groups()
+    assert len(groups) == 1
+    ranks, failure = groups[0]
+    assert ranks == list(range(any_pool.size))
+    assert failure.type == "ZeroDivisionError" and failure.line == 2
+    assert err.render().count("ZeroDivisionError") == 1
+    assert "mpinb" not in failure.traceback, "internal frames must not show"
+    # The pool is fine afterwards and kept what ran before the error.
+    assert any_pool.pull("y") == [1] * any_pool.size
+
+
+def test_errors_on_some_ranks_name_them(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run("if rank == 1:\n    raise KeyError('k')\nrank")
+    err = info.value
+    assert set(err.failures) == {1}
+    assert "rank 1 raised KeyError: 'k' (line 2)" in str(err)
+    assert "ranks 0, 2-3 finished without error" in str(err)
+    assert err.result.value[3] == 3, "the other ranks' results are kept"
+
+
+def test_check_false_returns_the_failures(pool4):
+    res = pool4.run("1 / (rank % 2)", check=False)
+    assert set(res.errors) == {0, 2}
+    assert res.value[1] == 1.0
+
+
+def test_syntax_error_is_raised_once_without_running(any_pool):
+    any_pool.run("marker = 0")
+    with pytest.raises(SyntaxError):
+        any_pool.run("marker = 1\nx = (")
+    assert any_pool.pull("marker") == [0] * any_pool.size
+
+
+def test_targets_run_on_a_subset(pool4):
+    pool4.run("hit = False")
+    res = pool4.run("hit = True\nrank", targets="0,2-3")
+    assert res.ranks == [0, 2, 3]
+    assert pool4.pull("hit") == [True, False, True, True]
+    assert pool4.run("rank", targets=[1]).value == {1: 1}
+    assert pool4.run("rank", targets=range(2)).value == {0: 0, 1: 1}
+    assert pool4.pull("hit", targets=1) == [False]
+
+
+@pytest.mark.parametrize(
+    "targets, message",
+    [(4, "rank 4 outside the pool"), ("0,7-8", "ranks 7-8 outside"), ("x", "cannot read targets"),
+     ("3-1", "runs backwards"), ([], "selects no rank")],
+)
+def test_bad_targets_are_refused(pool4, targets, message):
+    with pytest.raises(ValueError, match=message):
+        pool4.run("pass", targets=targets)
+
+
+def test_values_that_cannot_travel_come_back_as_repr(pool4):
+    res = pool4.run("import threading\nthreading.Lock()")
+    assert all(isinstance(v, ReprOnly) and "lock" in repr(v) for v in res.value.values())
+    res = pool4.run("class Local:\n    def __repr__(self): return 'Local()'\nLocal()")
+    assert all(repr(v) == "Local()" for v in res.value.values())
+
+
+def test_objects_of_cell_classes_travel_between_ranks(pool4):
+    res = pool4.run(
+        "class Point:\n    def __init__(self, x): self.x = x\n"
+        "got = comm.sendrecv(Point(rank), dest=(rank + 1) % size, source=(rank - 1) % size)\n"
+        "got.x"
+    )
+    assert res.value == {r: (r - 1) % 4 for r in range(4)}
+
+
+def test_trailing_semicolon_hides_the_value(pool4):
+    assert pool4.run("1 + 1;").value == {r: None for r in range(4)}
+
+
+def test_one_thread_per_rank_unless_the_user_says(any_pool):
+    res = any_pool.run("import os\nos.environ['OMP_NUM_THREADS'], os.environ['OPENBLAS_NUM_THREADS']")
+    assert set(res.value.values()) == {("1", "1")}
+
+
+def test_output_is_capped_with_a_notice(pool4):
+    pool4.max_output_lines = 50
+    try:
+        res = pool4.run("for i in range(100_000): print(i)", targets=[0])
+    finally:
+        pool4.max_output_lines = 10_000
+    lines = res.stdout[0].splitlines()
+    assert lines[:50] == [str(i) for i in range(50)]
+    assert "output cut: 99,950 more lines" in res.stdout[0]
+    assert res.dropped_lines == {0: 99_950}
+
+
+def test_rich_display_is_kept_per_rank(pool4):
+    res = pool4.run(
+        "from IPython.display import display, HTML\n"
+        "display(HTML(f'<b>rank {rank}</b>'))\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([0, rank])\n"
+    )
+    for r in range(4):
+        bundles = res.outputs[r]
+        assert bundles[0]["data"]["text/html"] == f"<b>rank {r}</b>"
+        assert any("image/png" in b["data"] for b in bundles), "the figure is shown after the cell"
+
+
+def test_live_output_reaches_the_callback_while_running(pool4):
+    seen = []
+    code = "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.4)"
+    pool4.run(code, targets=[0], on_output=lambda rank, kind, data: seen.append((rank, kind, data)))
+    text = "".join(data for rank, kind, data in seen if kind == "stdout")
+    assert text == "tick 0\ntick 1\ntick 2\n"
+    assert len([1 for _, kind, _ in seen if kind == "stdout"]) >= 2, "output arrived in pieces, live"
+
+
+def test_timeout_interrupts_and_the_pool_survives(pool4):
+    with pytest.raises(TimeoutError, match="did not finish within 1 s"):
+        pool4.run("import time\ntime.sleep(30)", timeout=1)
+    result = pool4.last_result
+    assert all(f.type == "KeyboardInterrupt" for f in result.errors.values())
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_bad_code_argument(pool4):
+    with pytest.raises(TypeError, match="string of Python source"):
+        pool4.run(42)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        pool4.run("pass", timeout=0)
+
+
+def test_status_lists_every_rank(pool4):
+    rows = pool4.status()
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["state"] == "idle" and r["memory_mb"] > 1 for r in rows)
+    assert len({r["pid"] for r in rows}) == 4

@@ -1,0 +1,85 @@
+"""``run_file`` runs real MPI scripts unchanged, with what ``mpiexec python script.py`` gives them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import mpinb
+from mpinb.launch import find_mpiexec
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+
+
+def under_mpiexec(script: str, n: int, *args: str) -> str:
+    cmd = [find_mpiexec(), "-n", str(n), sys.executable, os.path.join(SCRIPTS, script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def test_same_output_as_plain_mpiexec(pool4):
+    res = pool4.run_file(os.path.join(SCRIPTS, "ring.py"))
+    merged = "".join(res.stdout[r] for r in range(4))
+    assert merged == under_mpiexec("ring.py", 4)
+    assert res.stdout[2] == "rank 2 of 4 got [1, 1, 1]\n"
+
+
+def test_main_argv_cwd_stdin_and_exit_zero(pool4, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = pool4.run_file(os.path.join(SCRIPTS, "program.py"), args=["10", 2], stdin="first\n21\n")
+    assert res.ok, "sys.exit(0) is success"
+    for r in range(4):
+        expected_stdin = "'first'" if r == 0 else "''"
+        assert (
+            f"rank={r} name=__main__ file=program.py argv=['10', '2'] cwd={tmp_path} "
+            f"stdin={expected_stdin} answer=42"
+        ) in res.stdout[r]
+    assert "number? doubled 42" in res.stdout[0]
+
+
+def test_nonzero_exit_is_a_failure(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run_file(os.path.join(SCRIPTS, "program.py"), args=["--fail"], stdin="x\n1\n")
+    (ranks, failure), = info.value.groups()
+    assert ranks == [0, 1, 2, 3]
+    assert failure.type == "SystemExit" and failure.message == "exit code 3"
+
+
+def test_input_without_stdin_is_eof(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run_file(os.path.join(SCRIPTS, "program.py"))
+    assert set(info.value.failures) == {0}
+    assert info.value.failures[0].type == "EOFError"
+
+
+def test_the_script_does_not_touch_the_cell_namespace(pool4):
+    pool4.run("rank_seen_by_cells = rank")
+    pool4.run_file(os.path.join(SCRIPTS, "ring.py"))
+    assert pool4.pull("rank_seen_by_cells") == [0, 1, 2, 3]
+    assert pool4.run("import sys\nlen(sys.argv) > 0 and sys.argv[0] != 'ring.py'").value[0]
+
+
+def test_a_script_with_a_syntax_error_is_reported_once(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run_file(os.path.join(SCRIPTS, "broken.py"))
+    (ranks, failure), = info.value.groups()
+    assert ranks == [0, 1, 2, 3] and failure.type == "SyntaxError" and failure.line == 3
+
+
+def test_missing_script(pool4):
+    with pytest.raises(FileNotFoundError, match="no script at .*nothere.py"):
+        pool4.run_file("nothere.py")
+
+
+def test_a_folder_is_not_a_script(pool4):
+    with pytest.raises(IsADirectoryError, match="give the path of a .py script"):
+        pool4.run_file(SCRIPTS)
+
+
+def test_finalize_in_a_script_does_not_end_the_pool(pool4, tmp_path):
+    script = tmp_path / "fin.py"
+    script.write_text("from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\nMPI.Finalize()\n")
+    pool4.run_file(script)
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
