@@ -3,7 +3,7 @@
 ``Pool`` keeps MPI ranks alive between cells; ``%load_ext mpinb`` adds the ``%mpi``/``%%mpi`` magics.
 """
 
-from .errors import PoolError, PoolStartError, RankError
+from .errors import CellSyntaxError, PoolError, PoolStartError, RankError
 from .magics import load_ipython_extension, unload_ipython_extension
 from .pool import Pool
 from .result import RankFailure, RunResult
@@ -11,6 +11,7 @@ from .result import RankFailure, RunResult
 __version__ = "0.1.0"
 
 __all__ = [
+    "CellSyntaxError",
     "Pool",
     "PoolError",
     "PoolStartError",

@@ -60,10 +60,18 @@ class RankError(RuntimeError):
         return self.render().splitlines()
 
 
-class CellSyntaxError(SyntaxError):
-    """A cell that does not compile, reported once for all ranks, pointing into the cell."""
+class CellSyntaxError(Exception):
+    """A ``%%mpi`` cell that does not compile, reported once for all ranks, pointing into the cell.
+
+    Not a ``SyntaxError`` subclass on purpose: IPython prints those with its own stack, while this
+    one shows just the caret under the offending line of the cell. ``.error`` is the SyntaxError.
+    """
+
+    def __init__(self, error: SyntaxError):
+        self.error = error
+        super().__init__(f"{error.msg} (cell line {error.lineno})")
 
     def _render_traceback_(self) -> list[str]:
         import traceback
 
-        return "".join(traceback.format_exception_only(SyntaxError, self)).splitlines()
+        return "".join(traceback.format_exception_only(SyntaxError, self.error)).splitlines()

@@ -15,9 +15,10 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from . import session
 from .errors import PoolError
 
-_USER_MISTAKES = (ValueError, TypeError, NameError, OSError, PoolError)
+_USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull")
-_STATEMENT_AFTER_WORD = re.compile(r"^\s*([=(\[.,:+\-*/%<>!&|^@]|$)")
+# `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
+_STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,6 +66,9 @@ def _cell_parser() -> _Parser:
     parser = _Parser(prog="%%mpi", description="Run the cell on every MPI rank of the pool.")
     _add_size(parser)
     _add_run_options(parser)
+    # Line numbers in tracebacks count the `%%mpi` line, as the notebook shows the cell;
+    # %autompi adds that line itself and says so with --first-line 1.
+    parser.add_argument("--first-line", type=int, default=2, help=argparse.SUPPRESS)
     return parser
 
 
@@ -114,7 +118,7 @@ class MPIMagics(Magics):
             if cell is not None:
                 args = _cell_parser().parse_args(_split(line))
                 session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout,
-                                 output=args.output)
+                                 output=args.output, first_line=args.first_line)
                 return None
             return self._line(line)
         except _USER_MISTAKES as err:
@@ -125,7 +129,7 @@ class MPIMagics(Magics):
         word, _, rest = line.strip().partition(" ")
         if not word:
             raise UsageError(LINE_USAGE)
-        if word not in SUBCOMMANDS or _STATEMENT_AFTER_WORD.match(rest) and rest.strip():
+        if word not in SUBCOMMANDS or _STATEMENT_AFTER_WORD.match(rest):
             session.run_cell(line)
             return None
         argv = _split(rest)
@@ -208,7 +212,7 @@ def _autompi_transformer(lines: list[str]) -> list[str]:
     first = next((line for line in lines if line.strip()), "")
     if not first or first.lstrip().startswith("%"):
         return lines
-    return ["%%mpi\n", *lines]
+    return ["%%mpi --first-line 1\n", *lines]
 
 
 def _autompi_enabled(shell) -> bool:

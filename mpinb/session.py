@@ -103,13 +103,17 @@ def run_cell(
     targets: object = None,
     timeout: float | None = None,
     output: str = "tabs",
+    first_line: int = 1,
 ) -> RunResult:
-    """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises."""
-    code = to_python(code)
+    """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises.
+
+    ``first_line`` is the line number the cell's code starts at, as the notebook shows it.
+    """
+    code = "\n" * max(first_line - 1, 0) + to_python(code)
     try:
         compile(code, "<mpi cell>", "exec")
     except SyntaxError as err:
-        raise CellSyntaxError(err.msg, ("<mpi cell>", err.lineno, err.offset, err.text)) from None
+        raise CellSyntaxError(err) from None
     pool = pool_for_cell(n)
     return _shown(pool, targets, output, lambda show: pool.run(code, targets, timeout, show))
 

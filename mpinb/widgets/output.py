@@ -98,14 +98,14 @@ class RankOutput(anywidget.AnyWidget):
                 self.stdout = [result.stdout.get(r, "") for r in self.ranks]
                 self.stderr = [result.stderr.get(r, "") for r in self.ranks]
                 self.values = [result.value_repr.get(r, "") for r in self.ranks]
-                self.state = ["error" if r in result.errors else "ok" for r in self.ranks]
                 self._outputs = {r: result.outputs.get(r, []) for r in self.ranks}
-            if how:
-                self.state = [s if s == "error" else "interrupted" for s in self.state]
+            failed = _failed_ranks(result)
+            stopped = "interrupted" if how else "ok"
+            self.state = ["error" if r in failed else stopped for r in self.ranks]
             elapsed = result.elapsed if result is not None else time.perf_counter() - self._started
             words = [format_ranks(self.ranks, word=True)]
-            if result is not None and result.errors:
-                words.append(f"failed on {format_ranks(result.errors, word=True)}")
+            if failed:
+                words.append(f"failed on {format_ranks(failed, word=True)}")
             words.append(how or "done")
             words.append(f"{elapsed:.2f} s")
             self.summary = " · ".join(words)
@@ -128,6 +128,13 @@ class RankOutput(anywidget.AnyWidget):
         data = dict(data)
         data["text/plain"], data["text/html"] = self._fallback()
         return data, metadata
+
+
+def _failed_ranks(result: RunResult | None) -> list[int]:
+    """Ranks whose code raised, not counting the interrupt that mpinb itself sent."""
+    if result is None:
+        return []
+    return [r for r, failure in result.errors.items() if failure.type != "KeyboardInterrupt"]
 
 
 def _displayable(bundle: dict) -> dict:

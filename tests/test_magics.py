@@ -1,0 +1,193 @@
+"""The magics through IPython's own entry points, on the shared 4-rank pool."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from IPython.core.error import UsageError
+
+import mpinb
+from mpinb import session
+from mpinb.widgets import RankOutput
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """The per-rank views the magics displayed during one test."""
+    views = []
+    original = RankOutput.finish
+
+    def record(self, result, how=""):
+        original(self, result, how)
+        views.append(self)
+
+    monkeypatch.setattr(RankOutput, "finish", record)
+    return views
+
+
+def test_the_ring_from_the_issue(ip, shown):
+    ip.run_cell_magic("mpi", "-n 4", (
+        "from mpi4py import MPI\n"
+        "comm = MPI.COMM_WORLD\n"
+        "r, s = comm.Get_rank(), comm.Get_size()\n"
+        "comm.send([r] * 5, dest=(r + 1) % s)\n"
+        "print('rank', r, 'received', comm.recv(source=(r - 1) % s))\n"
+    ))
+    view = shown[-1]
+    assert view.stdout == [f"rank {r} received {[(r - 1) % 4] * 5}\n" for r in range(4)]
+    assert view.state == ["ok"] * 4
+    text, page = view._fallback()
+    assert "[2] rank 2 received [1, 1, 1, 1, 1]" in text
+    assert "rank 2 received" in page
+
+
+def test_cells_share_the_ranks_variables(ip):
+    ip.run_cell_magic("mpi", "", "shared = rank * 3")
+    assert ip.run_line_magic("mpi", "pull shared") == [0, 3, 6, 9]
+
+
+def test_values_are_shown_per_rank(ip, shown):
+    ip.run_cell_magic("mpi", "", "rank ** 2")
+    assert shown[-1].values == ["0", "1", "4", "9"]
+    text, _ = shown[-1]._fallback()
+    assert "Out[3]: 9" in text
+
+
+def test_targets_and_output_modes(ip, shown):
+    ip.run_cell_magic("mpi", "--targets 1,3 --output merged", "print('hi from', rank)")
+    assert shown[-1].ranks == [1, 3] and shown[-1].mode == "merged"
+    assert [m[2] for m in shown[-1].merged] == ["hi from 1\n", "hi from 3\n"]
+    ip.run_cell_magic("mpi", "-o rank0", "print(rank)")
+    text, _ = shown[-1]._fallback()
+    assert text.strip() == "[0] 0"
+
+
+def test_ipython_syntax_in_a_cell(ip):
+    ip.run_cell_magic("mpi", "", "%time x_from_magic = rank + 1")
+    assert ip.run_line_magic("mpi", "pull x_from_magic") == [1, 2, 3, 4]
+
+
+def test_one_line_form(ip):
+    ip.run_line_magic("mpi", "line_var = size - rank")
+    assert ip.run_line_magic("mpi", "pull line_var") == [4, 3, 2, 1]
+
+
+def test_push_notebook_variables(ip):
+    ip.user_ns["from_notebook"] = {"k": [1, 2]}
+    ip.run_line_magic("mpi", "push from_notebook")
+    assert ip.run_line_magic("mpi", "pull from_notebook") == [{"k": [1, 2]}] * 4
+
+
+def test_run_a_script(ip, shown):
+    ip.run_line_magic("mpi", f"run {os.path.join(SCRIPTS, 'ring.py')}")
+    assert shown[-1].stdout[1] == "rank 1 of 4 got [0, 0, 0]\n"
+
+
+def test_status(ip, capsys):
+    ip.run_line_magic("mpi", "status")
+    # In a plain shell the table is printed as text.
+    out = capsys.readouterr().out
+    assert "4 ranks" in out and "idle" in out
+
+
+def test_failing_cell_marks_ranks_and_raises_once(ip, shown):
+    result = ip.run_cell("%%mpi\nif rank >= 2:\n    1 / 0\n")
+    assert isinstance(result.error_in_exec, mpinb.RankError)
+    assert shown[-1].state == ["ok", "ok", "error", "error"]
+    assert "ranks 2-3 raised ZeroDivisionError: division by zero (line 3)" in str(result.error_in_exec)
+
+
+def test_syntax_error_is_reported_once(ip):
+    result = ip.run_cell("%%mpi\nx = (\n")
+    err = result.error_in_exec
+    assert isinstance(err, mpinb.CellSyntaxError) and isinstance(err.error, SyntaxError)
+    lines = err._render_traceback_()
+    assert lines[0].strip() == 'File "<mpi cell>", line 2'
+    assert lines[-1] == "SyntaxError: '(' was never closed"
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("-n 0", "must be at least 1"),
+        ("-n many", "is not a whole number"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--targets 4", "rank 4 outside the pool"),
+        ("--timeout -1", "must be more than 0 seconds"),
+        ("--output fancy", "invalid choice: 'fancy'"),
+        ("-n 8", "run `%mpi restart -n 8` first"),
+        ("'unclosed", "cannot read the arguments"),
+    ],
+)
+def test_cell_usage_errors(ip, line, message):
+    with pytest.raises(UsageError, match=message):
+        ip.run_cell_magic("mpi", line, "pass")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("", "%mpi start"),
+        ("pull", "name one variable"),
+        ("pull nothing_like_this", "no variable 'nothing_like_this'"),
+        ("push", "name the notebook variables"),
+        ("push not_in_the_notebook", "the notebook has no variable not_in_the_notebook"),
+        ("run", "the following arguments are required: script"),
+        ("run missing_script.py", "no script at"),
+        ("status now", "takes no arguments"),
+        ("start -n 2", "already running"),
+    ],
+)
+def test_line_usage_errors(ip, line, message):
+    with pytest.raises(UsageError, match=message):
+        ip.run_line_magic("mpi", line)
+
+
+def test_timeout_option(ip, shown):
+    with pytest.raises(TimeoutError):
+        ip.run_cell_magic("mpi", "--timeout 0.5", "import time\ntime.sleep(20)")
+    assert shown[-1].state == ["interrupted"] * 4
+    ip.run_cell_magic("mpi", "", "after_timeout = comm.allreduce(1)")
+    assert ip.run_line_magic("mpi", "pull after_timeout") == [4] * 4
+
+
+def test_autompi_makes_every_cell_parallel(ip):
+    ip.run_line_magic("autompi", "on")
+    try:
+        ip.run_cell("auto_var = rank + 10")
+        assert "auto_var" not in ip.user_ns
+        ip.run_cell("%mpi status")  # magics still work while it is on
+    finally:
+        ip.run_line_magic("autompi", "off")
+    assert ip.run_line_magic("mpi", "pull auto_var") == [10, 11, 12, 13]
+    ip.run_cell("local_again = 1")
+    assert ip.user_ns["local_again"] == 1
+    with pytest.raises(UsageError):
+        ip.run_line_magic("autompi", "maybe")
+
+
+def test_start_stop_restart_through_magics(ip, capsys):
+    shared = session.current_pool()
+    session.use_pool(None)
+    try:
+        ip.run_line_magic("mpi", "start -n 2")
+        assert "started 2 MPI ranks" in capsys.readouterr().out
+        ip.run_cell_magic("mpi", "", "gone_after_restart = 1")
+        ip.run_line_magic("mpi", "restart -n 3")
+        assert session.current_pool().size == 3
+        with pytest.raises(UsageError, match="no variable 'gone_after_restart'"):
+            ip.run_line_magic("mpi", "pull gone_after_restart")
+        ip.run_line_magic("mpi", "stop")
+        assert session.current_pool() is None
+        ip.run_line_magic("mpi", "stop")
+        assert "no pool was running" in capsys.readouterr().out
+        # A cell with no running pool starts one, with a one-line notice.
+        ip.run_cell_magic("mpi", "-n 2", "pass")
+        assert "started 2 MPI ranks" in capsys.readouterr().out
+        ip.run_line_magic("mpi", "stop")
+    finally:
+        session.stop_pool()
+        session.use_pool(shared)
