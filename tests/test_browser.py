@@ -1,0 +1,41 @@
+"""The per-rank output widget in a real JupyterLab, in headless chromium."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from browser import jupyterlab, page_on, run_all, write_notebook
+from conftest import wait_until_gone
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.timeout(240)
+def test_per_rank_tabs_render_and_switch(tmp_path, artifacts):
+    write_notebook(str(tmp_path / "ranks.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 3\nimport time\nfor i in range(2):\n    print('hello', i, 'from rank', rank)\n"
+        "    time.sleep(0.3)\nif rank == 2:\n    print('a warning', file=__import__('sys').stderr)\n"
+        "rank * 7",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "ranks.ipynb") as page:
+        run_all(page)
+        done = page.wait_for_selector(".mpinb-out .summary:has-text('done')", timeout=90_000)
+        assert "ranks 0-2" in done.inner_text()
+        tabs = page.locator(".mpinb-out .tab")
+        assert tabs.all_inner_texts()[0] == "All ranks"
+        assert [t.strip() for t in tabs.all_inner_texts()[1:]] == ["rank 0 \u2713", "rank 1 \u2713", "rank 2 \u2713"]
+        merged = page.locator(".mpinb-out .content").inner_text()
+        for rank in range(3):
+            assert f"[{rank}] hello 1 from rank {rank}" in merged
+        assert "[2:err] a warning" in merged
+        assert "Out[1]" in merged and "7" in merged
+        page.screenshot(path=os.path.join(artifacts, "per-rank-output-merged.png"))
+
+        page.click(".mpinb-out .tab[data-tab='rank-1']")
+        content = page.locator(".mpinb-out .content").inner_text()
+        assert "hello 0 from rank 1" in content and "rank 0" not in content
+        page.screenshot(path=os.path.join(artifacts, "per-rank-output-rank1.png"))
+    assert not wait_until_gone(15), "shutting JupyterLab down must stop the notebook's pool"
