@@ -28,14 +28,27 @@ def pool_processes() -> list[psutil.Process]:
     return found
 
 
-def wait_until_gone(seconds: float = 10.0) -> list[psutil.Process]:
-    """Pool processes still alive after ``seconds`` (an empty list is the good answer)."""
+def wait_until_gone(seconds: float = 10.0, ignore: set[int] = frozenset()) -> list[psutil.Process]:
+    """Pool processes (other than ``ignore``) still alive after ``seconds``; ``[]`` is good."""
     deadline = time.monotonic() + seconds
     while True:
-        left = [p for p in pool_processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = [p for p in pool_processes() if p.pid not in ignore and _alive(p)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture
+def existing_pools() -> set[int]:
+    """PIDs of pool processes that other (shared) fixtures already run, to leave out of leak checks."""
+    return {p.pid for p in pool_processes()}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.mark.timeout(240)
-def test_per_rank_tabs_render_and_switch(tmp_path, artifacts):
+def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
     write_notebook(str(tmp_path / "ranks.ipynb"), [
         "%load_ext mpinb",
         "%%mpi -n 3\nimport time\nfor i in range(2):\n    print('hello', i, 'from rank', rank)\n"
@@ -38,4 +38,4 @@ def test_per_rank_tabs_render_and_switch(tmp_path, artifacts):
         content = page.locator(".mpinb-out .content").inner_text()
         assert "hello 0 from rank 1" in content and "rank 0" not in content
         page.screenshot(path=os.path.join(artifacts, "per-rank-output-rank1.png"))
-    assert not wait_until_gone(15), "shutting JupyterLab down must stop the notebook's pool"
+    assert not wait_until_gone(15, existing_pools), "shutting JupyterLab down must stop the notebook's pool"

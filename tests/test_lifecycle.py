@@ -28,7 +28,7 @@ def test_missing_mpiexec_says_how_to_install_one():
     assert not pool.running
 
 
-def test_an_mpi_that_fails_to_start_is_reported_quickly():
+def test_an_mpi_that_fails_to_start_is_reported_quickly(existing_pools):
     pool = mpinb.Pool(2, mpiexec_args=["--no-such-option"])
     began = time.monotonic()
     with pytest.raises(mpinb.PoolStartError) as info:
@@ -36,7 +36,7 @@ def test_an_mpi_that_fails_to_start_is_reported_quickly():
     assert time.monotonic() - began < 15
     text = str(info.value)
     assert "MPI launcher exited" in text and "no-such-option" in text
-    assert not wait_until_gone(5)
+    assert not wait_until_gone(5, existing_pools)
 
 
 def test_using_a_stopped_pool_says_what_to_do():
@@ -45,7 +45,7 @@ def test_using_a_stopped_pool_says_what_to_do():
         pool.run("pass")
 
 
-def test_start_stop_restart_leave_nothing_behind():
+def test_start_stop_restart_leave_nothing_behind(existing_pools):
     pool = mpinb.Pool(2)
     with pool:
         assert pool.run("size").value == {0: 2, 1: 2}
@@ -54,12 +54,12 @@ def test_start_stop_restart_leave_nothing_behind():
         assert pool.run("size").value == {0: 3, 1: 3, 2: 3}
         assert not any(_alive(pid) for pid in pids)
     began = time.monotonic()
-    assert not wait_until_gone(5)
+    assert not wait_until_gone(5, existing_pools)
     assert time.monotonic() - began < 5
     assert not pool.running
 
 
-def test_dead_notebook_process_takes_its_pool_with_it(tmp_path):
+def test_dead_notebook_process_takes_its_pool_with_it(tmp_path, existing_pools):
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import mpinb, sys
@@ -74,7 +74,7 @@ def test_dead_notebook_process_takes_its_pool_with_it(tmp_path):
         assert len(pool_processes()) >= 4
         owner.send_signal(signal.SIGKILL)
         owner.wait(5)
-        assert not wait_until_gone(10), "a SIGKILLed owner must not leave ranks running"
+        assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"
     finally:
         owner.kill()
 

@@ -29,11 +29,11 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
-def test_tutorial_runs_and_checks_itself(path, tmp_path):
+def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools):
     nb = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks cleared"
     execute(nb, str(tmp_path))
-    assert not wait_until_gone(10), "the notebook's pool must be gone once its kernel has shut down"
+    assert not wait_until_gone(10, existing_pools), "the notebook's pool must be gone once its kernel has shut down"
     if os.path.basename(path).startswith("00-"):
         assert_readable_without_widgets(nb)
 
@@ -48,11 +48,11 @@ def assert_readable_without_widgets(nb: nbformat.NotebookNode) -> None:
     assert widget_outputs and all("text/html" in out["data"] for out in widget_outputs)
 
 
-def test_kernel_shutdown_stops_a_pool_left_running(tmp_path):
+def test_kernel_shutdown_stops_a_pool_left_running(tmp_path, existing_pools):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("%load_ext mpinb"),
         nbformat.v4.new_code_cell("%%mpi -n 2\nprint(rank)"),
     ])
     execute(nb, str(tmp_path), timeout=120)
     assert "[1] 1" in outputs_text(nb)
-    assert not wait_until_gone(10)
+    assert not wait_until_gone(10, existing_pools)
