@@ -71,5 +71,4 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
                     f"({capped.dropped_chars:,} characters) not shown. "
                     "Print less, or raise the cap with Pool(max_output_lines=...).\n"
                 )
-        for stream in saved:
-            stream.flush()
+        # No flush here: the engine flushes after every request, and a flush costs a thread hop.

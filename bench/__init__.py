@@ -1,0 +1,1 @@
+"""Benchmarks of mpinb against its peers (plain ipyparallel, plain mpiexec), side by side."""
