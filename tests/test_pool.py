@@ -207,3 +207,19 @@ def test_status_lists_every_rank(pool4):
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert all(r["state"] == "idle" and r["memory_mb"] > 1 for r in rows)
     assert len({r["pid"] for r in rows}) == 4
+
+
+def test_keyboard_interrupt_stops_the_ranks_and_the_pool_survives(pool4):
+    import _thread
+    import threading
+    import time
+
+    timer = threading.Timer(0.5, _thread.interrupt_main)  # what the notebook's stop button does
+    began = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt, match="interrupted"):
+        pool4.run("import time\nstarted = True\ntime.sleep(30)")
+    assert time.monotonic() - began < 3
+    assert all(f.type == "KeyboardInterrupt" for f in pool4.last_result.errors.values())
+    assert pool4.pull("started") == [True] * 4, "the ranks keep what they did before the interrupt"
+    assert pool4.run("comm.allreduce(rank)").value == {r: 6 for r in range(4)}
