@@ -407,7 +407,7 @@ class Pool:
         return result
 
     def _stopped_message(self, what: str, pending, ranks: list[int]) -> str:
-        busy = [r for r, done in zip(ranks, _per_message_done(pending)) if not done]
+        busy = [r for r, done in zip(ranks, _per_message_done(self._client, pending)) if not done]
         text = f"the run {what}; the ranks were sent an interrupt."
         if busy:
             text += (
@@ -419,7 +419,7 @@ class Pool:
 
     def _collect(self, pending, ranks: list[int], elapsed: float) -> RunResult:
         result = RunResult(ranks=list(ranks), elapsed=elapsed)
-        replies = _replies(pending, len(ranks))
+        replies = _replies(self._client, pending)
         for rank, reply, out, err, outputs in zip(
             ranks, replies, pending.stdout, pending.stderr, pending.outputs
         ):
@@ -568,27 +568,29 @@ def _launcher_output(launcher) -> str:
     return text
 
 
-def _per_message_done(pending) -> list[bool]:
-    client = pending._client
+def _per_message_done(client, pending) -> list[bool]:
     return [msg_id not in client.outstanding for msg_id in pending.msg_ids]
 
 
-def _replies(pending, count: int) -> list[object]:
-    """Each rank's reply, an exception object for a failed request, or None if still running."""
-    done = _per_message_done(pending)
-    if all(done):
+def _replies(client, pending) -> list[object]:
+    """Each rank's reply: our record dict, an exception for a failed request, None if still running.
+
+    Our rank functions catch every error of user code, so the slow path (asking per message)
+    only runs when a request itself failed (a rank died) or ranks are still busy.
+    """
+    if pending.ready():
         try:
-            return list(pending.result(timeout=0))
-        except Exception:  # noqa: BLE001 - fall back to one message at a time
+            return list(pending.get())
+        except Exception:  # noqa: BLE001 - fall through to one message at a time
             pass
     replies = []
-    for msg_id, finished in zip(pending.msg_ids, done):
+    for msg_id, finished in zip(pending.msg_ids, _per_message_done(client, pending)):
         if not finished:
             replies.append(None)
             continue
         try:
-            replies.append(pending._client.get_result(msg_id).get(timeout=0))
-        except BaseException as err:  # noqa: BLE001 - a per-rank failure is data here
+            replies.append(client.get_result(msg_id).get(timeout=5))
+        except Exception as err:  # noqa: BLE001 - a rank's failure is data here
             replies.append(err)
     return replies
 
