@@ -23,6 +23,7 @@ from ._values import unpack
 from .errors import PoolError, PoolStartError
 from .launch import LaunchSettings, find_mpiexec, rank_environment
 from .result import RankFailure, RunResult
+from .trace import Trace
 
 # How long ranks get to come back after an interrupt before the caller gets control anyway.
 INTERRUPT_GRACE = 2.0
@@ -53,6 +54,7 @@ class Pool:
         start_timeout: float = 60.0,
         max_output_lines: int = 10_000,
         max_output_chars: int = 1_000_000,
+        trace_capacity: int = 100_000,
         controller_ip: str | None = None,
         launcher_options: Mapping[str, object] | None = None,
     ):
@@ -76,6 +78,7 @@ class Pool:
         self.start_timeout = start_timeout
         self.max_output_lines = max_output_lines
         self.max_output_chars = max_output_chars
+        self.trace_capacity = trace_capacity
         self.controller_ip = controller_ip
         self.last_result: RunResult | None = None
         self._cluster = None
@@ -316,8 +319,12 @@ class Pool:
         timeout: float | None = None,
         on_output: OutputCallback | None = None,
         check: bool = True,
+        trace: bool = True,
     ) -> RunResult:
         """Run ``code`` on the ranks; the value of its last expression comes back per rank.
+
+        With ``trace`` (the default) every MPI call the code makes is recorded into
+        ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost.
 
         Raises ``SyntaxError`` once (not once per rank) for code that does not compile,
         :class:`RankError` when user code raised on any rank (``check=False`` returns the
@@ -328,7 +335,7 @@ class Pool:
             raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
         filename = f"<mpi-cell-{next(_cell_numbers)}>"
         compile(code, filename, "exec")  # one clear SyntaxError here instead of one per rank
-        args = (code, filename, self.max_output_lines, self.max_output_chars)
+        args = (code, filename, self._limits(trace))
         return self._execute(_rank.run_cell, args, targets, timeout, on_output, check)
 
     def run_file(
@@ -340,6 +347,7 @@ class Pool:
         timeout: float | None = None,
         on_output: OutputCallback | None = None,
         check: bool = True,
+        trace: bool = True,
     ) -> RunResult:
         """Run an existing MPI script unchanged, as ``mpiexec -n N python path args`` would.
 
@@ -354,8 +362,12 @@ class Pool:
         if isinstance(stdin, bytes):
             stdin = stdin.decode()
         argv = [str(arg) for arg in args] if not isinstance(args, str) else args.split()
-        call = (path, argv, stdin, os.getcwd(), self.max_output_lines, self.max_output_chars)
+        call = (path, argv, stdin, os.getcwd(), self._limits(trace))
         return self._execute(_rank.run_file, call, targets, timeout, on_output, check)
+
+    def _limits(self, trace: bool) -> dict:
+        return {"max_lines": self.max_output_lines, "max_chars": self.max_output_chars,
+                "trace": bool(trace), "trace_capacity": self.trace_capacity}
 
     def interrupt(self, targets: object = None) -> None:
         """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""
@@ -420,6 +432,10 @@ class Pool:
     def _collect(self, pending, ranks: list[int], elapsed: float) -> RunResult:
         result = RunResult(ranks=list(ranks), elapsed=elapsed)
         replies = _replies(self._client, pending)
+        recorded = {r: reply["trace"] for r, reply in zip(ranks, replies)
+                    if isinstance(reply, dict) and reply.get("trace") is not None}
+        if recorded:
+            result.trace = Trace(recorded, world_size=self.size)
         for rank, reply, out, err, outputs in zip(
             ranks, replies, pending.stdout, pending.stderr, pending.outputs
         ):

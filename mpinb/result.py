@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from . import _render
 from ._ranges import format_ranks
 from .errors import RankError
+from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class RunResult:
     """Everything a run left, keyed by rank: ``stdout``, ``stderr``, ``outputs``, ``value``, ``errors``.
 
     ``outputs[r]`` holds rank r's rich display data (``display()``, figures) as mime bundles;
-    ``value[r]`` the value of the cell's last expression (``None`` when it had none).
+    ``value[r]`` the value of the cell's last expression (``None`` when it had none);
+    ``trace`` the MPI calls the run made (``None`` when it ran untraced).
     """
 
     ranks: list[int]
@@ -42,6 +44,7 @@ class RunResult:
     errors: dict[int, RankFailure] = field(default_factory=dict)
     dropped_lines: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
+    trace: Trace | None = None
 
     @property
     def ok(self) -> bool:

@@ -20,30 +20,36 @@ from typing import Callable, Iterator
 
 from .._values import pack
 from ._output import capped_output
+from ._tracing import recording
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL = (_HERE, os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
 
 
-def run_cell(source: str, filename: str, max_lines: int, max_chars: int) -> dict:
-    """Execute ``source`` in the user's namespace; the last expression's value is returned."""
-    from IPython import get_ipython
+def run_cell(source: str, filename: str, limits: dict) -> dict:
+    """Execute ``source`` in the user's namespace; the last expression's value is returned.
 
-    namespace = get_ipython().user_ns
+    ``limits``: ``max_lines``, ``max_chars`` of output, ``trace`` (bool), ``trace_capacity``.
+    """
+    namespace = _user_namespace()
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return _run(lambda: _exec_cell(source, filename, namespace), filename, max_lines, max_chars)
+    return _run(lambda: _exec_cell(source, filename, namespace), filename, limits)
 
 
-def run_file(
-    path: str, args: list[str], stdin: str | None, cwd: str, max_lines: int, max_chars: int
-) -> dict:
+def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: dict) -> dict:
     """Run a script as ``mpiexec python path *args`` would: ``__main__``, argv, cwd, stdin on rank 0."""
 
     def script() -> None:
         with _as_main_program(path, args, stdin, cwd):
             runpy.run_path(path, run_name="__main__")
 
-    return _run(script, path, max_lines, max_chars)
+    return _run(script, path, limits)
+
+
+def _user_namespace() -> dict:
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
 
 
 def _exec_cell(source: str, filename: str, namespace: dict) -> object:
@@ -63,10 +69,11 @@ def _ends_quietly(source: str) -> bool:
     return bool(lines) and lines[-1].endswith(";")
 
 
-def _run(body: Callable[[], object], filename: str, max_lines: int, max_chars: int) -> dict:
+def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
     record: dict = {"value": None, "repr": "", "why": "", "has_value": False, "error": None}
     start = time.perf_counter()
-    with capped_output(max_lines, max_chars) as dropped:
+    tracing = recording(_user_namespace(), limits["trace"], limits.get("trace_capacity"))
+    with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
             value = body()
         except SystemExit as exc:
@@ -79,6 +86,7 @@ def _run(body: Callable[[], object], filename: str, max_lines: int, max_chars: i
                 record["value"], record["repr"], record["why"] = pack(value)
                 record["has_value"] = True
         _show_figures()
+    record["trace"] = traced["trace"]
     record["dropped_lines"] = dropped["lines"]
     record["elapsed"] = time.perf_counter() - start
     return record

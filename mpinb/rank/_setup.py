@@ -15,10 +15,12 @@ def init() -> None:
     from IPython import get_ipython
     from mpi4py import MPI
 
+    from ._tracing import install
+
     world = MPI.COMM_WORLD
-    get_ipython().user_ns.update(
-        MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=np
-    )
+    namespace = get_ipython().user_ns
+    namespace.update(MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=np)
+    install(namespace)
     # The pool owns MPI's lifetime: a script's MPI.Finalize() must not break the next cell.
     MPI.Finalize = _finalize_is_owned_by_the_pool
     _ready = True

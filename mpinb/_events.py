@@ -1,0 +1,27 @@
+"""The layout of one traced MPI call, shared by the ranks (which record) and the notebook (which reads).
+
+Ranks record plain tuples (cheap to make, cheap to pickle); :mod:`mpinb.trace` turns them into a
+numpy structured array.
+"""
+
+from __future__ import annotations
+
+# kind
+SEND, RECV, COLLECTIVE, WAIT, PROBE = range(5)
+KIND_NAMES = ("send", "recv", "collective", "wait", "probe")
+
+FIELDS = (
+    "op",        # mpi4py method name: "send", "Recv", "allreduce", "Wait", ...
+    "kind",      # one of the constants above
+    "comm",      # communicator id, the same on every member ("world", "world.0@0", ...)
+    "peer",      # comm-local peer rank (destination, actual source, root); -1 if none
+    "tag",       # message tag (the actual one for receives); -1 if none
+    "sent",      # bytes this rank sent (pickled size for lowercase calls)
+    "received",  # bytes this rank received
+    "start",     # when the call began (seconds, this rank's clock)
+    "end",       # when the operation completed (for nonblocking calls: when a wait/test saw it)
+    "returned",  # when the call returned control (== end for blocking calls)
+    "file",      # the user's source file ("<mpi-cell-3>", a script path)
+    "line",      # and line
+)
+INDEX = {name: i for i, name in enumerate(FIELDS)}

@@ -1,0 +1,61 @@
+"""Turning tracing on for a rank (once, at start-up) and recording one run at a time."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from mpi4py import MPI
+
+from ._recorder import RECORDER, align_clock, count_pickled_bytes
+from ._traced import TracedRequest, _Request, traced
+
+_plain_world = MPI.COMM_WORLD
+_traced_world = None
+
+
+def install(namespace: dict) -> None:
+    """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
+    global _traced_world
+    world = _plain_world
+    _traced_world = traced(world, "world", list(range(world.Get_size())))
+    count_pickled_bytes()
+    internal = world.Dup()  # mpinb's own traffic never uses the user's communicators
+    try:
+        align_clock(internal)
+    finally:
+        internal.Free()
+    _use(namespace, traced_calls=True)
+
+
+def _use(namespace: dict, traced_calls: bool) -> None:
+    old, new = (_plain_world, _traced_world) if traced_calls else (_traced_world, _plain_world)
+    MPI.COMM_WORLD = new
+    MPI.Request = TracedRequest if traced_calls else _Request
+    if namespace.get("comm") is old:
+        namespace["comm"] = new
+
+
+@contextmanager
+def recording(namespace: dict, enabled: bool, capacity: int | None = None) -> Iterator[dict]:
+    """Record the MPI calls of one run into the yielded dict's ``"trace"``.
+
+    With ``enabled=False`` the plain mpi4py objects are put back for the run, so that untraced
+    runs pay nothing at all; communicators created by earlier traced runs only check a flag.
+    """
+    box: dict = {"trace": None}
+    if _traced_world is None:
+        yield box
+        return
+    if not enabled:
+        _use(namespace, traced_calls=False)
+        try:
+            yield box
+        finally:
+            _use(namespace, traced_calls=True)
+        return
+    RECORDER.start(capacity)
+    try:
+        yield box
+    finally:
+        box["trace"] = RECORDER.stop()

@@ -1,0 +1,5 @@
+"""Recorded MPI traffic: events, matched messages, summaries and exports."""
+
+from ._trace import Trace
+
+__all__ = ["Trace"]

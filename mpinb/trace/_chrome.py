@@ -1,0 +1,38 @@
+"""Export to the Chrome trace event format, which Perfetto and chrome://tracing open."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._events import KIND_NAMES, RECV, SEND
+
+if TYPE_CHECKING:
+    from ._trace import Trace
+
+
+def chrome_trace(trace: Trace) -> dict:
+    """One thread (track) per rank with a slice per MPI call; flow arrows for matched messages."""
+    events = []
+    for rank in trace.ranks:
+        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,
+                       "args": {"name": f"rank {rank}"}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": rank,
+                       "args": {"sort_index": rank}})
+    for event in trace.events:
+        start_us = float(event["start"]) * 1e6
+        busy_until = event["end"] if event["kind"] in (SEND, RECV) and event["op"][0] != "i" \
+            and event["op"][0] != "I" else event["returned"]
+        duration = max(float(busy_until) * 1e6 - start_us, 0.001)
+        args = {"kind": KIND_NAMES[event["kind"]], "comm": event["comm"], "peer": int(event["peer_world"]),
+                "tag": int(event["tag"]), "sent": int(event["sent"]), "received": int(event["received"]),
+                "line": f"{event['file']}:{event['line']}"}
+        events.append({"ph": "X", "name": event["op"], "cat": KIND_NAMES[event["kind"]], "pid": 0,
+                       "tid": int(event["rank"]), "ts": start_us, "dur": duration, "args": args})
+    for message in trace.messages():
+        flow = {"name": "message", "cat": "message", "id": message["msg"], "pid": 0}
+        # The arrow leaves the send slice at its start and lands at the end of the receive slice.
+        events.append({**flow, "ph": "s", "tid": message["source"], "ts": message["send_start"] * 1e6})
+        events.append({**flow, "ph": "f", "bp": "e", "tid": message["dest"],
+                       "ts": max(message["recv_end"] * 1e6 - 0.0005, message["recv_start"] * 1e6)})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "mpinb", "dropped": {str(k): v for k, v in trace.dropped.items()}}}

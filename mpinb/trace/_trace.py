@@ -1,0 +1,152 @@
+"""``Trace``: the MPI calls of one run, from every rank, on one aligned clock."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, WAIT
+from ._match import match_messages
+
+DTYPE = np.dtype([
+    ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
+    ("tag", "i4"), ("sent", "i8"), ("received", "i8"), ("start", "f8"), ("end", "f8"),
+    ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"),
+])
+
+
+class Trace:
+    """Every recorded MPI call of a run.
+
+    ``events`` is a numpy structured array (one row per call: rank, op, kind, comm, peer, tag,
+    bytes sent/received, start/end times in seconds from the run's start, source file and line,
+    and ``msg``, the id shared by a send and the receive that matched it). Times of all ranks are
+    on rank 0's clock. ``dropped`` counts calls beyond each rank's buffer.
+    """
+
+    def __init__(self, per_rank: dict[int, dict], world_size: int):
+        self.world_size = world_size
+        self.ranks = sorted(per_rank)
+        self.dropped = {r: data["dropped"] for r, data in per_rank.items() if data["dropped"]}
+        self.comms: dict[str, list[int]] = {}
+        for data in per_rank.values():
+            self.comms.update(data["comms"])
+        origin = min(data["began"] + data["offset"] for data in per_rank.values())
+        self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
+                     for r, data in per_rank.items()}
+        rows = []
+        for rank, data in per_rank.items():
+            shift = data["offset"] - origin
+            for event in data["events"]:
+                rows.append(self._row(rank, event, shift))
+        events = np.array(rows, dtype=DTYPE) if rows else np.zeros(0, dtype=DTYPE)
+        events = events[np.argsort(events["start"], kind="stable")]
+        events["msg"] = match_messages(events)
+        self.events = events
+
+    def _row(self, rank: int, event, shift: float) -> tuple:
+        values = dict(zip(FIELDS, event))
+        members = self.comms.get(values["comm"])
+        peer = values["peer"]
+        peer_world = members[peer] if members is not None and 0 <= peer < len(members) else -1
+        end = values["end"]
+        if end != end:  # a nonblocking call never seen to complete
+            end = values["returned"]
+        return (rank, values["op"], values["kind"], values["comm"], peer, peer_world, values["tag"],
+                values["sent"], values["received"], values["start"] + shift, end + shift,
+                values["returned"] + shift, values["file"], values["line"], -1)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __repr__(self) -> str:
+        dropped = f", {sum(self.dropped.values())} dropped" if self.dropped else ""
+        return f"<Trace {len(self.events)} MPI calls on {len(self.ranks)} ranks{dropped}>"
+
+    # -- views of the data ----------------------------------------------------------------------
+
+    def messages(self) -> list[dict]:
+        """Matched point-to-point messages, one dict each, in the order they were sent."""
+        events = self.events
+        by_msg: dict[int, dict] = {}
+        for i in np.nonzero(events["msg"] >= 0)[0]:
+            event = events[i]
+            half = "send" if event["kind"] == SEND else "recv"
+            entry = by_msg.setdefault(int(event["msg"]), {"msg": int(event["msg"])})
+            entry[half] = event
+        found = []
+        for msg, halves in by_msg.items():
+            send, recv = halves["send"], halves["recv"]
+            found.append({
+                "msg": msg, "source": int(send["rank"]), "dest": int(recv["rank"]),
+                "comm": send["comm"], "tag": int(send["tag"]),
+                "bytes": int(recv["received"]) or int(send["sent"]),
+                "send_op": send["op"], "recv_op": recv["op"],
+                "send_start": float(send["start"]), "send_end": float(send["end"]),
+                "recv_start": float(recv["start"]), "recv_end": float(recv["end"]),
+                "send_line": int(send["line"]), "recv_line": int(recv["line"]),
+            })
+        return sorted(found, key=lambda m: m["send_start"])
+
+    def matrix(self, what: str = "bytes") -> np.ndarray:
+        """``[i, j]``: bytes (or ``what="messages"``) that rank i sent to rank j point to point."""
+        if what not in ("bytes", "messages"):
+            raise ValueError("what must be 'bytes' or 'messages'")
+        grid = np.zeros((self.world_size, self.world_size), dtype=np.int64)
+        for message in self.messages():
+            grid[message["source"], message["dest"]] += message["bytes"] if what == "bytes" else 1
+        return grid
+
+    def summary(self) -> list[dict]:
+        """Per rank: wall time, time inside MPI vs computing, messages and bytes sent/received."""
+        rows = []
+        events = self.events
+        for rank in self.ranks:
+            mine = events[events["rank"] == rank]
+            began, ended = self.span[rank]
+            in_mpi = _union_length(mine["start"], np.where(mine["kind"] == WAIT, mine["end"], mine["returned"]))
+            p2p_sent = mine[(mine["kind"] == SEND) & (mine["msg"] >= 0)]
+            p2p_recv = mine[(mine["kind"] == RECV) & (mine["msg"] >= 0)]
+            rows.append({
+                "rank": rank,
+                "wall": ended - began,
+                "mpi": in_mpi,
+                "compute": max(ended - began - in_mpi, 0.0),
+                "calls": int(len(mine)),
+                "collectives": int(np.sum(mine["kind"] == COLLECTIVE)),
+                "messages_sent": int(len(p2p_sent)),
+                "messages_received": int(len(p2p_recv)),
+                "bytes_sent": int(mine["sent"].sum()),
+                "bytes_received": int(mine["received"].sum()),
+            })
+        return rows
+
+    def to_chrome(self, path: str | None = None) -> dict:
+        """The Chrome trace event format (Perfetto, chrome://tracing): one track per rank, flow
+        arrows from each send to its receive. Written to ``path`` if given; returned either way."""
+        from ._chrome import chrome_trace
+
+        document = chrome_trace(self)
+        if path is not None:
+            import json
+
+            with open(path, "w") as handle:
+                json.dump(document, handle)
+        return document
+
+    def kind_name(self, kind: int) -> str:
+        return KIND_NAMES[kind]
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by intervals (sendrecv logs two events over one interval)."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts)
+    total, current_start, current_end = 0.0, starts[order[0]], ends[order[0]]
+    for i in order[1:]:
+        if starts[i] > current_end:
+            total += current_end - current_start
+            current_start, current_end = starts[i], ends[i]
+        else:
+            current_end = max(current_end, ends[i])
+    return float(total + current_end - current_start)
