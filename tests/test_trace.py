@@ -1,0 +1,253 @@
+"""Tracing on real pools: what is recorded, how sends pair with receives, and transparency."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mpinb
+from mpinb._events import COLLECTIVE, RECV, SEND
+
+
+def ops(trace, rank=None, kind=None) -> list[str]:
+    events = trace.events
+    if rank is not None:
+        events = events[events["rank"] == rank]
+    if kind is not None:
+        events = events[events["kind"] == kind]
+    return list(events["op"])
+
+
+def test_ring_messages_pair_each_send_with_its_receive(pool4):
+    res = pool4.run(
+        "comm.send([rank] * 5, dest=(rank + 1) % size, tag=7)\n"
+        "got = comm.recv(source=(rank - 1) % size, tag=7)\n"
+    )
+    messages = res.trace.messages()
+    assert sorted((m["source"], m["dest"]) for m in messages) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    for m in messages:
+        assert m["tag"] == 7 and m["bytes"] > 0 and m["send_line"] == 1 and m["recv_line"] == 2
+        assert m["recv_end"] >= m["send_start"], "a receive never ends before its send began"
+    np.testing.assert_array_equal(res.trace.matrix("messages"), np.roll(np.eye(4, dtype=int), 1, axis=1))
+
+
+def test_wildcard_receives_are_matched_by_their_actual_source_and_tag(pool4):
+    res = pool4.run(
+        "if rank == 0:\n"
+        "    got = sorted(comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) for _ in range(size - 1))\n"
+        "else:\n"
+        "    comm.send(rank, dest=0, tag=10 + rank)\n"
+    )
+    received = [e for e in res.trace.events if e["kind"] == RECV]
+    assert sorted((int(e["peer_world"]), int(e["tag"])) for e in received) == [(1, 11), (2, 12), (3, 13)]
+    assert sorted((m["source"], m["tag"]) for m in res.trace.messages()) == [(1, 11), (2, 12), (3, 13)]
+
+
+def test_nonblocking_buffers_with_waitall(pool4):
+    res = pool4.run(
+        "a = np.full(1000, float(rank)); b = np.empty(1000)\n"
+        "reqs = [comm.Irecv(b, source=MPI.ANY_SOURCE, tag=5), comm.Isend(a, dest=(rank + 1) % size, tag=5)]\n"
+        "MPI.Request.Waitall(reqs)\n"
+        "b[0]"
+    )
+    assert res.value == {r: float((r - 1) % 4) for r in range(4)}
+    messages = res.trace.messages()
+    assert len(messages) == 4 and all(m["bytes"] == 8000 for m in messages)
+    assert {m["send_op"] for m in messages} == {"Isend"} and {m["recv_op"] for m in messages} == {"Irecv"}
+    assert "Waitall" in ops(res.trace, rank=0)
+
+
+def test_lowercase_nonblocking_with_wait_and_test(pool4):
+    res = pool4.run(
+        "req = comm.irecv(source=MPI.ANY_SOURCE, tag=3)\n"
+        "comm.isend({'from': rank}, dest=(rank + 1) % size, tag=3).wait()\n"
+        "while True:\n"
+        "    done, got = req.test()\n"
+        "    if done: break\n"
+        "got['from']"
+    )
+    assert res.value == {r: (r - 1) % 4 for r in range(4)}
+    assert sorted((m["source"], m["dest"]) for m in res.trace.messages()) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+def test_messages_on_split_communicators_use_world_ranks(pool4):
+    res = pool4.run(
+        "row = comm.Split(rank // 2, rank)\n"
+        "row.send(rank, dest=1 - row.rank)\n"
+        "row.recv(source=1 - row.rank)"
+    )
+    assert res.value == {0: 1, 1: 0, 2: 3, 3: 2}
+    pairs = sorted((m["source"], m["dest"]) for m in res.trace.messages())
+    assert pairs == [(0, 1), (1, 0), (2, 3), (3, 2)]
+    comms = {m["comm"] for m in res.trace.messages()}
+    assert len(comms) == 2, "the two halves of a Split are different communicators"
+
+
+def test_cartesian_topology_shift(pool4):
+    res = pool4.run(
+        "cart = comm.Create_cart([size], periods=[True])\n"
+        "left, right = cart.Shift(0, 1)\n"
+        "cart.sendrecv(rank, dest=right, source=left)"
+    )
+    assert res.value == {r: (r - 1) % 4 for r in range(4)}
+    assert len(res.trace.messages()) == 4
+    assert res.trace.summary()[0]["messages_sent"] == 1
+
+
+COLLECTIVE_CODE = {
+    "barrier": "comm.barrier()",
+    "bcast": "comm.bcast(rank, root=1)",
+    "scatter": "comm.scatter(list(range(size)) if rank == 0 else None, root=0)",
+    "gather": "comm.gather(rank, root=0)",
+    "allgather": "comm.allgather(rank)",
+    "reduce": "comm.reduce(rank, root=0)",
+    "allreduce": "comm.allreduce(rank)",
+    "alltoall": "comm.alltoall(list(range(size)))",
+    "scan": "comm.scan(rank)",
+    "exscan": "comm.exscan(rank)",
+    "Barrier": "comm.Barrier()",
+    "Bcast": "comm.Bcast(np.zeros(10), root=0)",
+    "Scatter": "comm.Scatter(np.zeros(4 * size), np.zeros(4), root=0)",
+    "Scatterv": "comm.Scatterv([np.zeros(size), [1] * size, None, MPI.DOUBLE], np.zeros(1), root=0)",
+    "Gather": "comm.Gather(np.zeros(4), np.zeros(4 * size), root=0)",
+    "Gatherv": "comm.Gatherv(np.zeros(1), [np.zeros(size), [1] * size, None, MPI.DOUBLE], root=0)",
+    "Allgather": "comm.Allgather(np.zeros(4), np.zeros(4 * size))",
+    "Allgatherv": "comm.Allgatherv(np.zeros(1), [np.zeros(size), [1] * size, None, MPI.DOUBLE])",
+    "Reduce": "comm.Reduce(np.zeros(8), np.zeros(8), root=0)",
+    "Allreduce": "comm.Allreduce(np.zeros(8), np.zeros(8))",
+    "Reduce_scatter_block": "comm.Reduce_scatter_block(np.zeros(size), np.zeros(1))",
+    "Reduce_scatter": "comm.Reduce_scatter(np.zeros(size), np.zeros(1), [1] * size)",
+    "Alltoall": "comm.Alltoall(np.zeros(size), np.zeros(size))",
+    "Alltoallv": "comm.Alltoallv([np.zeros(size), [1] * size], [np.zeros(size), [1] * size])",
+    "Scan": "comm.Scan(np.zeros(3), np.zeros(3))",
+    "Exscan": "comm.Exscan(np.zeros(3), np.zeros(3))",
+    "Ibarrier": "comm.Ibarrier().Wait()",
+    "Ibcast": "comm.Ibcast(np.zeros(10), root=0).Wait()",
+    "Iallreduce": "comm.Iallreduce(np.zeros(8), np.zeros(8)).Wait()",
+    "Iallgather": "comm.Iallgather(np.zeros(4), np.zeros(4 * size)).Wait()",
+    "Ialltoall": "comm.Ialltoall(np.zeros(size), np.zeros(size)).Wait()",
+    "Ireduce": "comm.Ireduce(np.zeros(8), np.zeros(8), root=0).Wait()",
+    "Iscan": "comm.Iscan(np.zeros(3), np.zeros(3)).Wait()",
+}
+
+
+def test_every_collective_is_recorded_on_every_rank(pool4):
+    code = "\n".join(COLLECTIVE_CODE.values())
+    res = pool4.run(code)
+    for rank in range(4):
+        assert ops(res.trace, rank=rank, kind=COLLECTIVE) == list(COLLECTIVE_CODE)
+    events = res.trace.events
+    allreduce = events[(events["op"] == "Allreduce")]
+    assert set(allreduce["sent"]) == {64} and set(allreduce["received"]) == {64}
+    bcast = events[(events["op"] == "Bcast")]
+    assert {(int(e["rank"]), int(e["sent"]), int(e["received"])) for e in bcast} == {
+        (0, 80, 0), (1, 0, 80), (2, 0, 80), (3, 0, 80)}
+    lines = events[events["op"] == "gather"]["line"]
+    assert set(lines) == {list(COLLECTIVE_CODE).index("gather") + 1}
+
+
+def test_counts_and_bytes_match_what_the_code_sent(pool4):
+    res = pool4.run(
+        "for k in range(rank + 1):\n"
+        "    comm.Send(np.zeros(100 * (k + 1), dtype=np.uint8), dest=(rank + 1) % size, tag=k)\n"
+        "for k in range((rank - 1) % size + 1):\n"
+        "    comm.Recv(np.empty(1000, dtype=np.uint8), source=(rank - 1) % size, tag=k)\n"
+    )
+    summary = {row["rank"]: row for row in res.trace.summary()}
+    for rank in range(4):
+        assert summary[rank]["messages_sent"] == rank + 1
+        assert summary[rank]["bytes_sent"] == sum(100 * (k + 1) for k in range(rank + 1))
+    matrix = res.trace.matrix()
+    assert matrix[3, 0] == 100 + 200 + 300 + 400 and matrix.sum() == sum(
+        sum(100 * (k + 1) for k in range(r + 1)) for r in range(4))
+    assert all(row["mpi"] + row["compute"] == pytest.approx(row["wall"]) for row in summary.values())
+
+
+TRANSPARENCY = (
+    "out = []\n"
+    "out.append(comm.allreduce(rank, op=MPI.MAX))\n"
+    "out.append(comm.sendrecv(rank * 10, dest=(rank + 1) % size, source=(rank - 1) % size))\n"
+    "buf = np.zeros(3); comm.Allreduce(np.full(3, rank, dtype=float), buf); out.append(buf.tolist())\n"
+    "st = MPI.Status(); comm.send(rank, dest=(rank + 1) % size, tag=4)\n"
+    "out.append((comm.recv(source=MPI.ANY_SOURCE, tag=4, status=st), st.Get_source(), st.Get_tag()))\n"
+    "sub = comm.Split(rank % 2, -rank); out.append((sub.Get_rank(), sub.Get_size(), type(sub).__mro__[-3].__name__))\n"
+    "try:\n"
+    "    comm.send(1, dest=size + 5)\n"
+    "except MPI.Exception as e:\n"
+    "    out.append(('error', e.Get_error_class()))\n"
+    "try:\n"
+    "    comm.Send(np.zeros(2), dest=(rank + 1) % size, tag='x')\n"
+    "except TypeError as e:\n"
+    "    out.append(('typeerror', str(e)))\n"
+    "out.append(isinstance(comm, MPI.Intracomm) and isinstance(comm.Irecv(np.zeros(1), source=rank, tag=99), MPI.Request))\n"
+    "comm.Send(np.zeros(1), dest=rank, tag=99)\n"
+    "out\n"
+)
+
+
+def test_traced_calls_behave_exactly_like_mpi4py(pool4):
+    traced = pool4.run(TRANSPARENCY, trace=True)
+    plain = pool4.run(TRANSPARENCY, trace=False)
+    assert traced.value == plain.value
+    assert plain.trace is None and len(traced.trace) > 0
+
+
+def test_untraced_runs_use_mpi4py_objects_directly(pool4):
+    res = pool4.run("type(comm).__name__, type(MPI.COMM_WORLD).__name__, MPI.Request.__name__", trace=False)
+    assert set(res.value.values()) == {("Intracomm", "Intracomm", "Request")}
+    res = pool4.run("type(comm).__name__")
+    assert set(res.value.values()) == {"TracedIntracomm"}
+
+
+def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):
+    pool4.trace_capacity = 50
+    try:
+        res = pool4.run("for _ in range(80): comm.Barrier()")
+    finally:
+        pool4.trace_capacity = 100_000
+    assert len(res.trace) == 4 * 50
+    assert res.trace.dropped == {r: 30 for r in range(4)}
+    assert "dropped" in repr(res.trace)
+
+
+def test_chrome_trace_is_valid_and_every_flow_has_an_end(pool4, tmp_path):
+    res = pool4.run(
+        "comm.send(rank, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)\ncomm.Barrier()"
+    )
+    path = tmp_path / "trace.json"
+    res.trace.to_chrome(str(path))
+    document = json.loads(path.read_text())
+    events = document["traceEvents"]
+    assert {e["ph"] for e in events} == {"M", "X", "s", "f"}
+    assert sorted(e["args"]["name"] for e in events if e["name"] == "thread_name") == [
+        "rank 0", "rank 1", "rank 2", "rank 3"]
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    ends = {e["id"] for e in events if e["ph"] == "f"}
+    assert starts == ends and len(starts) == 4
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] > 0 and isinstance(e["ts"], float) and e["tid"] in range(4)
+
+
+def test_scripts_are_traced_too(pool4, tmp_path):
+    script = tmp_path / "pingpong.py"
+    script.write_text(
+        "from mpi4py import MPI\n"
+        "comm = MPI.COMM_WORLD\n"
+        "if comm.rank == 0:\n"
+        "    comm.send('ping', dest=1)\n"
+        "elif comm.rank == 1:\n"
+        "    comm.recv(source=0)\n"
+    )
+    res = pool4.run_file(script)
+    (message,) = res.trace.messages()
+    assert (message["source"], message["dest"], message["send_line"]) == (0, 1, 4)
+
+
+def test_messages_to_self_at_sizes_1_and_4(any_pool):
+    # A blocking send to oneself may deadlock (it does with MPICH), so post it nonblocking.
+    res = any_pool.run("req = comm.isend(rank, dest=rank)\ncomm.recv(source=rank)\nreq.wait()")
+    pairs = sorted((m["source"], m["dest"]) for m in res.trace.messages())
+    assert pairs == [(r, r) for r in range(any_pool.size)]
