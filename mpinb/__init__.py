@@ -7,6 +7,8 @@ from .errors import CellSyntaxError, PoolError, PoolStartError, RankError
 from .magics import load_ipython_extension, unload_ipython_extension
 from .pool import Pool
 from .result import RankFailure, RunResult
+from .session import last_trace
+from .trace import Trace
 
 __version__ = "0.1.0"
 
@@ -18,6 +20,8 @@ __all__ = [
     "RankError",
     "RankFailure",
     "RunResult",
+    "Trace",
+    "last_trace",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]

@@ -16,7 +16,7 @@ from . import session
 from .errors import PoolError
 
 _USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
-SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull")
+SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
 _STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
 
@@ -60,6 +60,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=_positive_float, metavar="S", help="interrupt after S seconds")
     parser.add_argument("--output", "-o", choices=session.OUTPUT_MODES, default="tabs",
                         help="tabs (default): merged view and a tab per rank; merged; rank0")
+    parser.add_argument("--no-trace", dest="trace", action="store_false",
+                        help="do not record MPI calls (no overhead, no message views)")
+    parser.add_argument("--view", choices=session.VIEW_MODES, default="compact",
+                        help="message-flow views after the run: compact (default), full, none")
 
 
 def _cell_parser() -> _Parser:
@@ -96,8 +100,10 @@ LINE_USAGE = """\
 %mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
 %mpi push NAME [NAME ...]                               copy notebook variables to every rank
 %mpi pull NAME                                          the per-rank list of a rank variable
+%mpi trace [compact|full]                               message-flow views of the last traced run
 %mpi STATEMENT                                          run one line on every rank
-%%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]"""
+%%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]
+      [--no-trace] [--view compact|full|none]"""
 
 
 def _split(line: str) -> list[str]:
@@ -118,7 +124,8 @@ class MPIMagics(Magics):
             if cell is not None:
                 args = _cell_parser().parse_args(_split(line))
                 session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout,
-                                 output=args.output, first_line=args.first_line)
+                                 output=args.output, first_line=args.first_line,
+                                 trace=args.trace, view=args.view)
                 return None
             return self._line(line)
         except _USER_MISTAKES as err:
@@ -166,7 +173,14 @@ class MPIMagics(Magics):
                 with open(args.stdin) as handle:
                     stdin = handle.read()
             session.run_script(args.script, args.args, stdin=stdin, targets=args.targets,
-                               timeout=args.timeout, output=args.output)
+                               timeout=args.timeout, output=args.output, trace=args.trace,
+                               view=args.view)
+            return None
+        if word == "trace":
+            view = argv[0] if argv else "full"
+            if len(argv) > 1 or view not in ("compact", "full"):
+                raise UsageError("%mpi trace [compact|full]: the views of the last traced run")
+            session.show_trace(view)
             return None
         if word == "push":
             if not argv:

@@ -11,10 +11,13 @@ from ._ranges import format_ranks
 from .errors import CellSyntaxError, PoolError, RankError
 from .pool import Pool
 from .result import RunResult
-from .widgets import RankOutput
+from .trace import Trace
+from .widgets import RankOutput, TraceView
 
 OUTPUT_MODES = ("tabs", "merged", "rank0")
+VIEW_MODES = ("compact", "full", "none")
 _pool: Pool | None = None
+_last_trace: Trace | None = None
 
 
 def current_pool() -> Pool | None:
@@ -104,10 +107,13 @@ def run_cell(
     timeout: float | None = None,
     output: str = "tabs",
     first_line: int = 1,
+    trace: bool = True,
+    view: str = "compact",
 ) -> RunResult:
     """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises.
 
-    ``first_line`` is the line number the cell's code starts at, as the notebook shows it.
+    ``first_line`` is the line number the cell's code starts at, as the notebook shows it;
+    ``view`` (compact, full, none) is how the message-flow views of a traced cell are shown.
     """
     code = "\n" * max(first_line - 1, 0) + to_python(code)
     try:
@@ -115,7 +121,8 @@ def run_cell(
     except SyntaxError as err:
         raise CellSyntaxError(err) from None
     pool = pool_for_cell(n)
-    return _shown(pool, targets, output, lambda show: pool.run(code, targets, timeout, show))
+    return _shown(pool, targets, output, view,
+                  lambda show: pool.run(code, targets, timeout, show, trace=trace))
 
 
 def run_script(
@@ -125,23 +132,27 @@ def run_script(
     targets: object = None,
     timeout: float | None = None,
     output: str = "tabs",
+    trace: bool = True,
+    view: str = "compact",
 ) -> RunResult:
     """``%mpi run``: an existing script on the pool, shown like a cell."""
     pool = pool_for_cell(None)
-    return _shown(
-        pool, targets, output, lambda show: pool.run_file(path, args, stdin, targets, timeout, show)
-    )
+    return _shown(pool, targets, output, view,
+                  lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace))
 
 
-def _shown(pool: Pool, targets: object, output: str, call) -> RunResult:
-    """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included."""
+def _shown(pool: Pool, targets: object, output: str, view: str, call) -> RunResult:
+    """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
+    then the message-flow views of its trace."""
     if output not in OUTPUT_MODES:
         raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
-    view = RankOutput(pool.ranks(targets), mode=output)
-    handle = display(view, display_id=True)
+    if view not in VIEW_MODES:
+        raise ValueError(f"view must be one of {', '.join(VIEW_MODES)}, not {view!r}")
+    live = RankOutput(pool.ranks(targets), mode=output)
+    handle = display(live, display_id=True)
     result, how = None, ""
     try:
-        result = call(view.append)
+        result = call(live.append)
         return result
     except RankError as err:
         result = err.result
@@ -153,8 +164,27 @@ def _shown(pool: Pool, targets: object, output: str, call) -> RunResult:
         result, how = pool.last_result, "timed out"
         raise
     finally:
-        view.finish(result, how)
-        handle.update(view)
+        live.finish(result, how)
+        handle.update(live)
+        if result is not None and result.trace is not None and len(result.trace):
+            global _last_trace
+            _last_trace = result.trace
+            if view != "none":
+                display(TraceView(result.trace, expanded=view == "full"))
+
+
+def last_trace() -> Trace | None:
+    """The trace of the last cell that made MPI calls while traced (``None`` if none did)."""
+    return _last_trace
+
+
+def show_trace(view: str = "full") -> None:
+    """``%mpi trace``: the message-flow views of the last traced run."""
+    trace = last_trace()
+    if trace is None:
+        print("mpinb: no traced run yet (run a %%mpi cell without --no-trace first)")
+        return
+    display(TraceView(trace, expanded=view != "compact"))
 
 
 def show_status(pool: Pool) -> None:

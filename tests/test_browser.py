@@ -39,3 +39,38 @@ def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
         assert "hello 0 from rank 1" in content and "rank 0" not in content
         page.screenshot(path=os.path.join(artifacts, "per-rank-output-rank1.png"))
     assert not wait_until_gone(15, existing_pools), "shutting JupyterLab down must stop the notebook's pool"
+
+
+@pytest.mark.timeout(240)
+def test_space_time_diagram_matrix_and_summary(tmp_path, artifacts, existing_pools):
+    write_notebook(str(tmp_path / "trace.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 3 --view full\nfor step in range(2):\n    comm.send(rank, dest=(rank + 1) % size)\n"
+        "    comm.recv(source=(rank - 1) % size)\ncomm.allreduce(rank)",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "trace.ipynb") as page:
+        run_all(page)
+        canvas = page.wait_for_selector(".mpinb-trace canvas[data-arrows]", timeout=90_000)
+        assert canvas.get_attribute("data-lanes") == "3"
+        assert canvas.get_attribute("data-arrows") == "6", "one arrow per message"
+        assert 3 <= int(canvas.get_attribute("data-boxes")) <= 15, "calls below a pixel are merged"
+        info = page.locator(".mpinb-trace .info").inner_text()
+        assert "15 MPI calls" in info and "6 messages" in info
+        box = canvas.bounding_box()
+        tip = page.locator(".mpinb-trace .tip")
+        for x in range(60, int(box["width"]) - 10, 3):  # sweep rank 0's lane until a call is hit
+            page.mouse.move(box["x"] + x, box["y"] + 18 + 13)
+            if tip.is_visible():
+                break
+        assert tip.is_visible() and "rank 0:" in tip.inner_text() and "line" in tip.inner_text()
+        page.screenshot(path=os.path.join(artifacts, "trace-space-time.png"))
+
+        page.click(".mpinb-trace .tab[data-panel='matrix']")
+        cells = page.locator(".mpinb-trace table.heat td.cell")
+        assert cells.count() == 9
+        assert cells.nth(1).inner_text() == "2" and cells.nth(0).inner_text() == ""
+        page.screenshot(path=os.path.join(artifacts, "trace-matrix.png"))
+
+        page.click(".mpinb-trace .tab[data-panel='summary']")
+        assert page.locator(".mpinb-trace table tr").count() == 4
+    assert not wait_until_gone(15, existing_pools)

@@ -191,3 +191,35 @@ def test_start_stop_restart_through_magics(ip, capsys):
     finally:
         session.stop_pool()
         session.use_pool(shared)
+
+
+def test_traced_cells_show_the_message_views(ip, monkeypatch):
+    from mpinb.widgets import TraceView
+
+    views = []
+    monkeypatch.setattr(TraceView, "__init__", _recording_init(TraceView.__init__, views))
+    ip.run_cell_magic("mpi", "", "comm.send(rank, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)")
+    assert len(views) == 1 and len(views[0].matrix_count) == 4
+    text, page = views[0]._fallback()
+    assert "<svg" in page and "msgs out" in text
+    ip.run_cell_magic("mpi", "--no-trace", "comm.Barrier()")
+    ip.run_cell_magic("mpi", "--view none", "comm.Barrier()")
+    ip.run_cell_magic("mpi", "", "x_without_mpi = 1")
+    assert len(views) == 1, "no views for untraced cells, --view none, or cells without MPI calls"
+    ip.run_line_magic("mpi", "trace")
+    assert len(views) == 2 and views[1].expanded
+    assert mpinb.last_trace() is not None and len(mpinb.last_trace()) == 4
+
+
+def _recording_init(original, views):
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        views.append(self)
+    return init
+
+
+def test_trace_view_usage_errors(ip):
+    with pytest.raises(UsageError, match="invalid choice: 'wide'"):
+        ip.run_cell_magic("mpi", "--view wide", "pass")
+    with pytest.raises(UsageError, match="%mpi trace"):
+        ip.run_line_magic("mpi", "trace sideways")

@@ -11,13 +11,14 @@ import traitlets as t
 from .. import _render
 from .._ranges import format_ranks
 from ..result import RunResult
+from ._fallback import StaticFallback
 
 # Richest first: the one kind of each display bundle that the widget keeps.
 _MIMES = ("image/png", "image/svg+xml", "text/html", "text/plain")
 _SYNC_INTERVAL = 0.25
 
 
-class RankOutput(anywidget.AnyWidget):
+class RankOutput(StaticFallback, anywidget.AnyWidget):
     """Per-rank stdout/stderr/display data, streamed while a run goes on.
 
     ``mode`` is ``"tabs"`` (merged view plus a tab per rank), ``"merged"`` or ``"rank0"``.
@@ -121,13 +122,6 @@ class RankOutput(anywidget.AnyWidget):
         text = _render.as_text(ranks, stdout, stderr, self._outputs, values)
         page = _render.as_html(ranks, stdout, stderr, self._outputs, values)
         return text or self.summary, page
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, metadata = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
-        data = dict(data)
-        data["text/plain"], data["text/html"] = self._fallback()
-        return data, metadata
 
 
 def _failed_ranks(result: RunResult | None) -> list[int]:

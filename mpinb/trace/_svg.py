@@ -1,0 +1,85 @@
+"""A static space-time diagram as SVG: what saved notebooks and nbconvert output keep."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
+
+if TYPE_CHECKING:
+    from ._trace import Trace
+
+# The same colours as trace.js.
+KIND_COLORS = {SEND: "#4e79a7", RECV: "#59a14f", COLLECTIVE: "#f28e2b", WAIT: "#9c755f", 4: "#bab0ac"}
+MAX_ARROWS = 1000
+
+
+def busy_until(events: np.ndarray) -> np.ndarray:
+    """When each call stopped holding its rank: waits end when done; posts when they return."""
+    return np.where(events["kind"] == WAIT, events["end"], events["returned"])
+
+
+def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:
+    """Lanes per rank, MPI calls as boxes (merged below one pixel), an arrow per message."""
+    left, right, top = 60, 10, 18
+    ranks = trace.ranks
+    height = top + lane * len(ranks) + 24
+    t_end = max((end for _, end in trace.span.values()), default=0.0) or 1e-9
+    scale = (width - left - right) / t_end
+    y_of = {rank: top + i * lane for i, rank in enumerate(ranks)}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'font-family="sans-serif" font-size="11">']
+    for rank in ranks:
+        y = y_of[rank]
+        parts.append(f'<rect x="{left}" y="{y + 3}" width="{width - left - right}" height="{lane - 6}" fill="#f3f3f3"/>')
+        parts.append(f'<text x="4" y="{y + lane / 2 + 4}">rank {rank}</text>')
+    events = trace.events
+    stops = busy_until(events)
+    for rank in ranks:
+        mine = np.nonzero(events["rank"] == rank)[0]
+        last_pixel = -1
+        for i in mine:
+            x0 = left + events["start"][i] * scale
+            x1 = left + stops[i] * scale
+            if x1 - x0 < 1:
+                if int(x0) == last_pixel:
+                    continue
+                last_pixel = int(x0)
+            color = KIND_COLORS.get(int(events["kind"][i]), "#999")
+            parts.append(f'<rect x="{x0:.1f}" y="{y_of[rank] + 3}" width="{max(x1 - x0, 1):.1f}" '
+                         f'height="{lane - 6}" fill="{color}"/>')
+    messages = trace.messages()
+    for message in messages[:MAX_ARROWS]:
+        if message["source"] not in y_of or message["dest"] not in y_of:
+            continue
+        x0, x1 = left + message["send_start"] * scale, left + message["recv_end"] * scale
+        y0, y1 = y_of[message["source"]] + lane / 2, y_of[message["dest"]] + lane / 2
+        parts.append(f'<line x1="{x0:.1f}" y1="{y0}" x2="{x1:.1f}" y2="{y1}" stroke="#333" '
+                     'stroke-width="0.8" stroke-opacity="0.6"/>')
+    legend_y = height - 6
+    x = left
+    for kind in (SEND, RECV, COLLECTIVE, WAIT):
+        parts.append(f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{KIND_COLORS[kind]}"/>')
+        parts.append(f'<text x="{x + 14}" y="{legend_y}">{KIND_NAMES[kind]}</text>')
+        x += 90
+    note = f"{t_end * 1e3:.2f} ms, {len(events)} calls, {len(messages)} messages"
+    if len(messages) > MAX_ARROWS:
+        note += f" (first {MAX_ARROWS} arrows)"
+    parts.append(f'<text x="{width - right}" y="{legend_y}" text-anchor="end">{html.escape(note)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def summary_text(trace: Trace) -> str:
+    rows = trace.summary()
+    lines = [f"{'rank':>4}  {'wall ms':>9}  {'in MPI':>7}  {'msgs out':>8}  {'bytes out':>11}  {'bytes in':>11}"]
+    for row in rows:
+        share = row["mpi"] / row["wall"] if row["wall"] else 0.0
+        lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['messages_sent']:>8}"
+                     f"  {row['bytes_sent']:>11,}  {row['bytes_received']:>11,}")
+    if trace.dropped:
+        lines.append(f"({sum(trace.dropped.values()):,} calls not recorded: the per-rank buffer was full)")
+    return "\n".join(lines)
