@@ -46,6 +46,8 @@ def assert_readable_without_widgets(nb: nbformat.NotebookNode) -> None:
         if "application/vnd.jupyter.widget-view+json" in out.get("data", {})
     ]
     assert widget_outputs and all("text/html" in out["data"] for out in widget_outputs)
+    pictures = [out for out in widget_outputs if "<svg" in out["data"]["text/html"]]
+    assert pictures, "traced cells keep a static space-time diagram"
 
 
 def test_kernel_shutdown_stops_a_pool_left_running(tmp_path, existing_pools):

@@ -87,6 +87,27 @@ class Trace:
             })
         return sorted(found, key=lambda m: m["send_start"])
 
+    def collectives(self) -> list[dict]:
+        """Each collective operation once, with the ranks that took part and when it ran.
+
+        Members of a communicator call its collectives in the same order, so the k-th
+        collective call of every member on one communicator is the same operation.
+        """
+        events = self.events
+        found: dict[tuple, dict] = {}
+        seen: dict[tuple, int] = {}
+        for i in np.nonzero(events["kind"] == COLLECTIVE)[0]:
+            event = events[i]
+            rank, comm = int(event["rank"]), event["comm"]
+            k = seen.get((rank, comm), 0)
+            seen[(rank, comm)] = k + 1
+            entry = found.setdefault((comm, k), {"comm": comm, "index": k, "op": event["op"], "ranks": [],
+                                                 "start": float(event["start"]), "end": float(event["end"])})
+            entry["ranks"].append(rank)
+            entry["start"] = min(entry["start"], float(event["start"]))
+            entry["end"] = max(entry["end"], float(event["end"]))
+        return sorted(found.values(), key=lambda c: c["start"])
+
     def matrix(self, what: str = "bytes") -> np.ndarray:
         """``[i, j]``: bytes (or ``what="messages"``) that rank i sent to rank j point to point."""
         if what not in ("bytes", "messages"):

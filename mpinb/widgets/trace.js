@@ -33,7 +33,7 @@ function column(view, Type) {
 }
 
 function load(model) {
-  const e = model.get("events"), m = model.get("messages");
+  const e = model.get("events"), m = model.get("messages"), c = model.get("collectives");
   const ev = {
     rank: column(e.rank, Int32Array), kind: column(e.kind, Int8Array), op: column(e.op, Int16Array),
     start: column(e.start, Float64Array), stop: column(e.stop, Float64Array),
@@ -44,11 +44,15 @@ function load(model) {
     source: column(m.source, Int32Array), dest: column(m.dest, Int32Array),
     start: column(m.start, Float64Array), end: column(m.end, Float64Array),
   };
+  const coll = {
+    low: column(c.low, Int32Array), high: column(c.high, Int32Array),
+    start: column(c.start, Float64Array), end: column(c.end, Float64Array),
+  };
   const ranks = model.get("ranks");
   const lane = new Map(ranks.map((r, i) => [r, i]));
   const byLane = ranks.map(() => []);
   for (let i = 0; i < ev.rank.length; i++) byLane[lane.get(ev.rank[i])].push(i);  // sorted by start
-  return { ev, msg, ranks, lane, byLane: byLane.map((a) => Int32Array.from(a)) };
+  return { ev, msg, coll, ranks, lane, byLane: byLane.map((a) => Int32Array.from(a)) };
 }
 
 function fmtTime(s) {
@@ -135,6 +139,15 @@ function timeline(model, data, box) {
         boxes++;
       }
     });
+    // collectives: one frame across the lanes of the ranks that took part
+    const { coll } = data;
+    g.strokeStyle = "rgba(242,142,43,0.9)";
+    for (let k = 0; k < coll.low.length; k++) {
+      const x0 = xOf(coll.start[k]), x1 = xOf(coll.end[k]);
+      if (x1 < LEFT || x0 > width || !data.lane.has(coll.low[k]) || !data.lane.has(coll.high[k])) continue;
+      const y0 = yOf(data.lane.get(coll.low[k])) + 1, y1 = yOf(data.lane.get(coll.high[k])) + laneH - 1;
+      g.strokeRect(x0, y0, Math.max(x1 - x0, 1), y1 - y0);
+    }
     // messages: an arrow from each send to the end of its receive
     const { msg } = data;
     g.strokeStyle = "rgba(30,30,30,0.55)";

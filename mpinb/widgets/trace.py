@@ -32,6 +32,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     files = t.List(t.Unicode()).tag(sync=True)
     events = t.Dict().tag(sync=True)
     messages = t.Dict().tag(sync=True)
+    collectives = t.Dict().tag(sync=True)
     matrix_bytes = t.List(t.List(t.Int())).tag(sync=True)
     matrix_count = t.List(t.List(t.Int())).tag(sync=True)
     summary = t.List(t.Dict()).tag(sync=True)
@@ -47,6 +48,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
         op_index = {op: i for i, op in enumerate(ops)}
         file_index = {name: i for i, name in enumerate(files)}
         messages = trace.messages()
+        collectives = trace.collectives()
         super().__init__(
             ranks=list(trace.ranks),
             ops=ops,
@@ -68,6 +70,12 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                 "dest": _column([m["dest"] for m in messages], "<i4"),
                 "start": _column([m["send_start"] for m in messages], "<f8"),
                 "end": _column([m["recv_end"] for m in messages], "<f8"),
+            },
+            collectives={
+                "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
+                "high": _column([max(c["ranks"]) for c in collectives], "<i4"),
+                "start": _column([c["start"] for c in collectives], "<f8"),
+                "end": _column([c["end"] for c in collectives], "<f8"),
             },
             matrix_bytes=trace.matrix("bytes").tolist(),
             matrix_count=trace.matrix("messages").tolist(),
