@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+# Jupyter refuses to run as root unless told; containers and cloud machines often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: install
-	$(BIN)/jupyter lab notebooks/00-getting-started.ipynb --ServerApp.root_dir=notebooks
+	cd notebooks && ../$(BIN)/jupyter lab 00-getting-started.ipynb $(ROOT_FLAG)
 
 # The browser tests drive Debian's chromium (Playwright cannot download browsers here).
 browser:
