@@ -1,27 +1,41 @@
 """mpinb: a Jupyter environment for MPI.
 
 ``Pool`` keeps MPI ranks alive between cells; ``%load_ext mpinb`` adds the ``%mpi``/``%%mpi`` magics.
+
+Names are imported on first use: every rank imports ``mpinb.rank`` at start-up, and must not pay
+for the notebook-side modules (ipyparallel's client, widgets) while the other ranks start too.
 """
 
-from .errors import CellSyntaxError, PoolError, PoolStartError, RankError
-from .magics import load_ipython_extension, unload_ipython_extension
-from .pool import Pool
-from .result import RankFailure, RunResult
-from .session import last_trace
-from .trace import Trace
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CellSyntaxError",
-    "Pool",
-    "PoolError",
-    "PoolStartError",
-    "RankError",
-    "RankFailure",
-    "RunResult",
-    "Trace",
-    "last_trace",
-    "load_ipython_extension",
-    "unload_ipython_extension",
-]
+_EXPORTS = {
+    "CellSyntaxError": ".errors",
+    "Pool": ".pool",
+    "PoolError": ".errors",
+    "PoolStartError": ".errors",
+    "RankError": ".errors",
+    "RankFailure": ".result",
+    "RunResult": ".result",
+    "Trace": ".trace",
+    "last_trace": ".session",
+    "load_ipython_extension": ".magics",
+    "unload_ipython_extension": ".magics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mpinb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,6 +1,7 @@
 """Stops a pool's processes when the process that owns the pool dies, even by SIGKILL.
 
-The owner keeps this process's stdin open and writes ``watch PID...`` lines; end of file (which the
+Run as a script (not ``-m``) so that starting it imports nothing of mpinb. The owner keeps this
+process's stdin open and writes ``watch PID...`` lines; end of file (which the
 kernel delivers when the owner dies) means: terminate those process trees. ``release`` forgets
 them after an orderly stop, so that reused PIDs are never touched.
 """
@@ -10,11 +11,10 @@ from __future__ import annotations
 import signal
 import sys
 
-import psutil
-
 
 def stop_trees(pids: set[int], grace: float = 1.0) -> None:
     """SIGTERM each process and its descendants, SIGKILL what is left after ``grace`` seconds."""
+    import psutil  # only now: the watchdog starts beside the ranks and must cost them nothing
     procs = []
     for pid in pids:
         try:

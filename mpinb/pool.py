@@ -152,6 +152,8 @@ class Pool:
         if mpiexec:
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
             cluster.config.MPIEngineSetLauncher.mpi_args = list(settings.mpiexec_args)
+        engine_main = os.path.join(os.path.dirname(__file__), "rank", "_engine_main.py")
+        cluster.config[_launcher_config_name(launcher_class)].engine_cmd = [sys.executable, engine_main]
         for key, value in settings.launcher_options.items():
             cluster.config[_launcher_config_name(launcher_class)][key] = value
         self._cluster = cluster
@@ -246,7 +248,7 @@ class Pool:
 
     def _start_watchdog(self) -> None:
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "mpinb._watchdog"],
+            [sys.executable, os.path.join(os.path.dirname(__file__), "_watchdog.py")],
             stdin=subprocess.PIPE,
             text=True,
             start_new_session=True,  # the kernel's interrupt goes to its process group, not here
@@ -558,7 +560,7 @@ def _check_name(name: object) -> None:
 def _launcher_config_name(launcher: str) -> str:
     from ipyparallel.cluster.launcher import find_launcher_class
 
-    return find_launcher_class(launcher, "EngineSet").__name__
+    return find_launcher_class(launcher, "engine").__name__
 
 
 def _has_exited(launcher) -> bool:

@@ -102,3 +102,10 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_launcher_options_reach_ipyparallel_launcher():
+    with mpinb.Pool(1, launcher_options={"stop_seconds_until_kill": 2}) as pool:
+        (engine_set,) = pool._cluster.engines.values()
+        assert engine_set.stop_seconds_until_kill == 2
+        assert pool.run("rank").value == {0: 0}

@@ -71,6 +71,13 @@ def count_pickled_bytes() -> None:
     MPI.pickle.__init__(_counting_dumps, _counting_loads)
 
 
+def polite_barrier(comm: MPI.Intracomm, pause: float = 0.002) -> None:
+    """A barrier that sleeps between checks instead of spinning (for start-up, not hot paths)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(pause)
+
+
 def align_clock(comm: MPI.Intracomm, rounds: int = 20) -> float:
     """Estimate this rank's clock offset to rank 0 (Cristian's method, best of ``rounds``).
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import sys
 
 _ready = False
 
@@ -11,7 +13,6 @@ _ready = False
 def init() -> None:
     """Fill the user's namespace with ``MPI, comm, rank, size, np`` (run by the engine at start-up)."""
     global _ready
-    import numpy as np
     from IPython import get_ipython
     from mpi4py import MPI
 
@@ -19,11 +20,25 @@ def init() -> None:
 
     world = MPI.COMM_WORLD
     namespace = get_ipython().user_ns
-    namespace.update(MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=np)
+    namespace.update(MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=_lazy("numpy"))
     install(namespace)
     # The pool owns MPI's lifetime: a script's MPI.Finalize() must not break the next cell.
     MPI.Finalize = _finalize_is_owned_by_the_pool
     _ready = True
+
+
+def _lazy(name: str):
+    """``name``'s module, loaded on first use: numpy's import would cost every rank 0.1 s of
+    start-up, on cores that the other ranks are starting on too. Any `import numpy` loads it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
 
 
 def _finalize_is_owned_by_the_pool() -> None:

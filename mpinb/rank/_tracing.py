@@ -7,7 +7,7 @@ from typing import Iterator
 
 from mpi4py import MPI
 
-from ._recorder import RECORDER, align_clock, count_pickled_bytes
+from ._recorder import RECORDER, align_clock, count_pickled_bytes, polite_barrier
 from ._traced import TracedRequest, _Request, traced
 
 _plain_world = MPI.COMM_WORLD
@@ -20,6 +20,9 @@ def install(namespace: dict) -> None:
     world = _plain_world
     _traced_world = traced(world, "world", list(range(world.Get_size())))
     count_pickled_bytes()
+    # Ranks reach this point at different times while they start on shared cores; waiting in a
+    # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
+    polite_barrier(world)
     internal = world.Dup()  # mpinb's own traffic never uses the user's communicators
     try:
         align_clock(internal)
