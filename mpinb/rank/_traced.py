@@ -5,6 +5,11 @@
 mpi4py's own with the user's arguments untouched (so results and exceptions are mpi4py's), and
 only when the recorder is on does it time the call and note peer, tag, bytes and source line.
 Communicators derived from a traced one (``Dup``, ``Split``, ``Create_cart``...) are traced too.
+
+Blocking calls are carried out as their nonblocking forms, polled (see ``_waiting``), so that the
+notebook can interrupt them and learn what each rank waits for. Lowercase collectives, which have
+no nonblocking form, first agree on which collective everyone is in (a polled ``Iallgather`` on
+the communicator's private shadow), so that mismatched collectives raise instead of hanging.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
+from array import array
+
 from .._events import COLLECTIVE, PROBE, RECV, SEND, WAIT
 from ._recorder import RECORDER as _rec
+from ._waiting import wait as _poll
+from ._waiting import wait_request as _poll_request
 
 _Intracomm = MPI.Intracomm
 _Request = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
@@ -57,6 +66,28 @@ def _with_status(args: tuple, kwargs: dict, position: int):
     return args, kwargs, status
 
 
+def _where(depth: int = 2) -> tuple[str, int]:
+    frame = sys._getframe(depth)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def _peer_world(comm, peer) -> int:
+    members = _rec.comms.get(comm._mpinb_id)
+    if members is not None and isinstance(peer, int) and 0 <= peer < len(members):
+        return members[peer]
+    return peer if isinstance(peer, int) else -1
+
+
+def _describer(comm, op: str, kind: str, peer, tag, size: int, where: tuple[str, int], root=None):
+    def describe() -> dict:
+        return {"op": op, "kind": kind, "comm": comm._mpinb_id, "members": _rec.comms.get(comm._mpinb_id),
+                "peer": _peer_world(comm, peer) if peer is not None else None,
+                "any_source": peer == MPI.ANY_SOURCE, "tag": tag, "bytes": size,
+                "root": _peer_world(comm, root) if root is not None and root >= 0 else None,
+                "file": where[0], "line": where[1]}
+    return describe
+
+
 def _named(method, base):
     method.__name__ = base.__name__
     method.__qualname__ = f"TracedIntracomm.{base.__name__}"
@@ -66,27 +97,33 @@ def _named(method, base):
 
 # -- point to point ----------------------------------------------------------------------------
 
+_NONBLOCKING_SEND = {"send": "isend", "ssend": "issend", "bsend": "ibsend", "Send": "Isend",
+                     "Ssend": "Issend", "Bsend": "Ibsend", "Rsend": "Irsend"}
+
+
 def _send(name: str, lowercase: bool, nonblocking: bool):
     base = getattr(_Intracomm, name)
+    post = base if nonblocking else getattr(_Intracomm, _NONBLOCKING_SEND[name])
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
+        recording = rec.on
         before = rec.pickled_out
         start = _now()
-        result = base(self, *args, **kwargs)
-        end = _now()
+        request = post(self, *args, **kwargs)
+        posted = _now()
         size = rec.pickled_out - before if lowercase else _nbytes(_arg(args, kwargs, 0, "buf"))
         dest, tag = _arg(args, kwargs, 1, "dest"), _arg(args, kwargs, 2, "tag", 0)
-        frame = sys._getframe(1)
-        where = frame.f_code.co_filename, frame.f_lineno
+        where = _where()
         if nonblocking:
-            event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, _NAN, end, *where]
-            rec.add(event)
-            return TracedRequest._wrap(result, event, False)
-        rec.add((name, SEND, self._mpinb_id, dest, tag, size, 0, start, end, end, *where))
-        return result
+            event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, _NAN, posted, *where]
+            if recording:
+                rec.add(event)
+            return TracedRequest._wrap(request, event, False, recording)
+        _poll_request(request, None, _describer(self, name, "send", dest, tag, size, where))
+        if recording:
+            end = _now()
+            rec.add((name, SEND, self._mpinb_id, dest, tag, size, 0, start, end, end, *where))
 
     return _named(method, base)
 
@@ -96,17 +133,34 @@ def _recv(name: str, lowercase: bool):
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
         args, kwargs, status = _with_status(args, kwargs, 3)
+        source = _arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
+        tag = _arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
+        buf = _arg(args, kwargs, 0, "buf")
+        where = _where()
+        describe = _describer(self, name, "recv", source, tag, _nbytes(buf), where)
         before = rec.pickled_in
         start = _now()
-        result = base(self, *args, **kwargs)
-        end = _now()
-        size = rec.pickled_in - before if lowercase else status.Get_count(_BYTE)
-        frame = sys._getframe(1)
-        rec.add((name, RECV, self._mpinb_id, status.Get_source(), status.Get_tag(), 0, size,
-                 start, end, end, frame.f_code.co_filename, frame.f_lineno))
+        if lowercase and buf is None:
+            # A matched probe finds the message first, so its size is known when it is received.
+            found = []
+            _poll(lambda: found.append(_Intracomm.improbe(self, source, tag, status)) or found[-1] is not None,
+                  describe)
+            result = found[-1].recv(status)
+        elif lowercase:
+            request = _Intracomm.irecv(self, buf, source, tag)
+            box = []
+            _poll(lambda: box.append(request.test(status)) or box[-1][0], describe)
+            result = box[-1][1]
+        else:
+            request = _Intracomm.Irecv(self, buf, source, tag)
+            _poll_request(request, status, describe)
+            result = None
+        if rec.on:
+            end = _now()
+            size = rec.pickled_in - before if lowercase else status.Get_count(_BYTE)
+            rec.add((name, RECV, self._mpinb_id, status.Get_source(), status.Get_tag(), 0, size,
+                     start, end, end, *where))
         return result
 
     return _named(method, base)
@@ -117,18 +171,15 @@ def _irecv(name: str, lowercase: bool):
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
         start = _now()
         request = base(self, *args, **kwargs)
         end = _now()
         source = _arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = _arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
-        frame = sys._getframe(1)
-        event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, _NAN, end,
-                 frame.f_code.co_filename, frame.f_lineno]
-        rec.add(event)
-        return TracedRequest._wrap(request, event, lowercase)
+        event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, _NAN, end, *_where()]
+        if rec.on:
+            rec.add(event)
+        return TracedRequest._wrap(request, event, lowercase, rec.on)
 
     return _named(method, base)
 
@@ -137,27 +188,46 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
     base = getattr(_Intracomm, name)
     status_at = 5 if replace else 6
     source_at, recvtag_at = (3, 4) if replace else (4, 5)
+    post = None if lowercase else getattr(_Intracomm, "Isendrecv_replace" if replace else "Isendrecv")
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
         args, kwargs, status = _with_status(args, kwargs, status_at)
+        dest, tag = _arg(args, kwargs, 1, "dest"), _arg(args, kwargs, 2, "sendtag", 0)
+        source = _arg(args, kwargs, source_at, "source", MPI.ANY_SOURCE)
+        recvtag = _arg(args, kwargs, recvtag_at, "recvtag", MPI.ANY_TAG)
+        where = _where()
         out, into = rec.pickled_out, rec.pickled_in
         start = _now()
-        result = base(self, *args, **kwargs)
-        end = _now()
         if lowercase:
-            sent, received = rec.pickled_out - out, rec.pickled_in - into
+            sendobj, recvbuf = _arg(args, kwargs, 0, "sendobj"), _arg(args, kwargs, 3, "recvbuf")
+            sending = _Intracomm.isend(self, sendobj, dest, tag)
+            sent = rec.pickled_out - out
+            describe = _describer(self, name, "recv", source, recvtag, 0, where)
+            if recvbuf is None:
+                found = []
+                _poll(lambda: found.append(_Intracomm.improbe(self, source, recvtag, status))
+                      or found[-1] is not None, describe)
+                result = found[-1].recv(status)
+            else:
+                request, box = _Intracomm.irecv(self, recvbuf, source, recvtag), []
+                _poll(lambda: box.append(request.test(status)) or box[-1][0], describe)
+                result = box[-1][1]
+            _poll_request(sending, None, _describer(self, name, "send", dest, tag, sent, where))
+            received = rec.pickled_in - into
         else:
+            call_args = tuple(a for i, a in enumerate(args) if i != status_at)
+            call_kwargs = {k: v for k, v in kwargs.items() if k != "status"}
+            request = post(self, *call_args, **call_kwargs)
             sent = _nbytes(_arg(args, kwargs, 0, "buf" if replace else "sendbuf"))
+            _poll_request(request, status, _describer(self, name, "recv", source, recvtag, sent, where))
             received = status.Get_count(_BYTE)
-        dest, tag = _arg(args, kwargs, 1, "dest"), _arg(args, kwargs, 2, "sendtag", 0)
-        frame = sys._getframe(1)
-        where = frame.f_code.co_filename, frame.f_lineno
-        cid = self._mpinb_id
-        rec.add((name, SEND, cid, dest, tag, sent, 0, start, end, end, *where))
-        rec.add((name, RECV, cid, status.Get_source(), status.Get_tag(), 0, received, start, end, end, *where))
+            result = None
+        if rec.on:
+            end = _now()
+            cid = self._mpinb_id
+            rec.add((name, SEND, cid, dest, tag, sent, 0, start, end, end, *where))
+            rec.add((name, RECV, cid, status.Get_source(), status.Get_tag(), 0, received, start, end, end, *where))
         return result
 
     return _named(method, base)
@@ -165,19 +235,25 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
 
 def _probe(name: str):
     base = getattr(_Intracomm, name)
+    polled = name in ("probe", "Probe")
+    check = getattr(_Intracomm, "i" + name if name == "probe" else "Iprobe" if name == "Probe" else name)
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
         args, kwargs, status = _with_status(args, kwargs, 2)
+        where = _where()
         start = _now()
-        found = base(self, *args, **kwargs)
-        end = _now()
-        peer, tag = (status.Get_source(), status.Get_tag()) if found else (-1, -1)
-        frame = sys._getframe(1)
-        rec.add((name, PROBE, self._mpinb_id, peer, tag, 0, 0, start, end, end,
-                 frame.f_code.co_filename, frame.f_lineno))
+        if polled:
+            source = _arg(args, kwargs, 0, "source", MPI.ANY_SOURCE)
+            tag = _arg(args, kwargs, 1, "tag", MPI.ANY_TAG)
+            _poll(lambda: check(self, source, tag, status), _describer(self, name, "recv", source, tag, 0, where))
+            found = True
+        else:
+            found = base(self, *args, **kwargs)
+        if rec.on:
+            end = _now()
+            peer, tag = (status.Get_source(), status.Get_tag()) if found else (-1, -1)
+            rec.add((name, PROBE, self._mpinb_id, peer, tag, 0, 0, start, end, end, *where))
         return found
 
     return _named(method, base)
@@ -185,19 +261,60 @@ def _probe(name: str):
 
 # -- collectives -------------------------------------------------------------------------------
 
+_OP_CODES: dict[str, int] = {}
+
+
+def _agree(comm, name: str, root: int, where) -> None:
+    """Every member says which collective it is in; a mismatch raises on all of them."""
+    code = _OP_CODES.setdefault(name, len(_OP_CODES) + 1)
+    size = comm.Get_size()
+    mine, everyone = array("i", [code, root]), array("i", [0] * (2 * size))
+    request = comm._mpinb_shadow.Iallgather(mine, everyone)
+    _poll_request(request, None, _describer(comm, name, "collective", None, -1, 0, where, root))
+    calls = {(everyone[2 * r], everyone[2 * r + 1]) for r in range(size)}
+    if len(calls) > 1:
+        names = {c: n for n, c in _OP_CODES.items()}
+        groups: dict[str, list[int]] = {}
+        members = _rec.comms.get(comm._mpinb_id) or list(range(size))
+        for r in range(size):
+            op, op_root = everyone[2 * r], everyone[2 * r + 1]
+            label = names.get(op, "?") + (f" (root {op_root})" if op_root >= 0 else "")
+            groups.setdefault(label, []).append(members[r])
+        said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
+        raise RuntimeError(
+            f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
+            "communicator must call the same collectives, with the same root, in the same order."
+        )
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
 def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bool):
     base = getattr(_Intracomm, name)
     bcast = name.lower().lstrip("i") == "bcast"
+    polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
 
     def method(self, *args, **kwargs):
         rec = _rec
-        if not rec.on:
-            return base(self, *args, **kwargs)
+        root = -1 if root_at is None else _arg(args, kwargs, root_at, "root", 0)
+        where = _where()
         out, into = rec.pickled_out, rec.pickled_in
         start = _now()
-        result = base(self, *args, **kwargs)
+        if lowercase:
+            _agree(self, name, root, where)
+            result = base(self, *args, **kwargs)
+        elif polled is not None:
+            request = polled(self, *args, **kwargs)
+            _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
+            result = None
+        else:
+            result = base(self, *args, **kwargs)
+        recording = rec.on
+        if not recording and not nonblocking:
+            return result
         end = _now()
-        root = -1 if root_at is None else _arg(args, kwargs, root_at, "root", 0)
         if lowercase:
             sent, received = rec.pickled_out - out, rec.pickled_in - into
         elif bcast:
@@ -206,12 +323,11 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         else:
             sent = _nbytes(_arg(args, kwargs, 0, "sendbuf"))
             received = _nbytes(_arg(args, kwargs, 1, "recvbuf"))
-        frame = sys._getframe(1)
-        where = frame.f_code.co_filename, frame.f_lineno
         if nonblocking:
             event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, _NAN, end, *where]
-            rec.add(event)
-            return TracedRequest._wrap(result, event, False)
+            if recording:
+                rec.add(event)
+            return TracedRequest._wrap(result, event, False, recording)
         rec.add((name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, end, end, *where))
         return result
 
@@ -259,6 +375,7 @@ def traced(comm, cid: str, members: list[int] | None = None):
     twin._mpinb_id = cid
     twin._mpinb_children = 0
     twin._mpinb_plain = comm  # keep mpi4py's object alive alongside the twin
+    twin._mpinb_shadow = _Intracomm.Dup(comm)  # for mpinb's own agreement traffic
     _rec.comms[cid] = members if members is not None else _world_ranks(comm)
     return twin
 
@@ -323,16 +440,26 @@ def _originals(requests) -> list:
 
 class TracedRequest(_Request, metaclass=_RequestMeta):
     """A request of a traced call. Every operation goes to mpi4py's own request object (which
-    holds the buffers of lowercase calls); completing it fills in the event's end, and for a
-    receive the actual source, tag and size."""
+    holds the buffers of lowercase calls); waits are polled, so they can be interrupted, and
+    completing a recorded request fills in its event (for a receive: actual source, tag, size)."""
 
     @classmethod
-    def _wrap(cls, request, event, lowercase: bool) -> TracedRequest:
+    def _wrap(cls, request, event, lowercase: bool, recorded: bool = True) -> TracedRequest:
         twin = cls(request)
         twin._orig = request
-        twin._event = event
+        twin._what = event            # what the request is, for the status channel
+        twin._event = event if recorded else None
         twin._lowercase = lowercase
         return twin
+
+    def _describe(self, where) -> dict:
+        op, kind, comm, peer, tag = self._what[:5]
+        members = _rec.comms.get(comm)
+        world_peer = members[peer] if members and isinstance(peer, int) and 0 <= peer < len(members) else peer
+        return {"op": op, "kind": ("send", "recv", "collective")[min(kind, 2)], "comm": comm,
+                "members": members, "peer": world_peer if kind != COLLECTIVE else None,
+                "any_source": peer == MPI.ANY_SOURCE and kind == RECV, "tag": tag, "bytes": self._what[5],
+                "root": None, "file": where[0], "line": where[1], "via": "wait"}
 
     def _done(self, status, received: int | None = None) -> None:
         event = self._event
@@ -344,52 +471,41 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
             event[3], event[4] = status.Get_source(), status.Get_tag()
             event[6] = received if received is not None else status.Get_count(_BYTE)
 
-    def _waiting(self, name: str, start: float) -> None:
-        frame = sys._getframe(2)
-        _rec.add((name, WAIT, "", -1, -1, 0, 0, start, _now(), _now(),
-                  frame.f_code.co_filename, frame.f_lineno))
-
     # single request
     def Wait(self, status=None):
-        if not _rec.on or self._event is None:
-            return self._orig.Wait(status)
         status = status if status is not None else MPI.Status()
-        start = _now()
-        result = self._orig.Wait(status)
-        self._done(status)
-        self._waiting("Wait", start)
-        return result
+        start, where = _now(), _where()
+        _poll_request(self._orig, status, lambda: self._describe(where))
+        self._finished("Wait", start, status, None, where)
+        return True
 
     def wait(self, status=None):
-        if not _rec.on or self._event is None:
-            return self._orig.wait(status)
         status = status if status is not None else MPI.Status()
-        before, start = _rec.pickled_in, _now()
-        result = self._orig.wait(status)
-        self._done(status, _rec.pickled_in - before if self._lowercase else None)
-        self._waiting("wait", start)
-        return result
+        start, where, before = _now(), _where(), _rec.pickled_in
+        box = []
+        _poll(lambda: box.append(self._orig.test(status)) or box[-1][0], lambda: self._describe(where))
+        self._finished("wait", start, status, _rec.pickled_in - before if self._lowercase else None, where)
+        return box[-1][1]
+
+    def _finished(self, name: str, start: float, status, received, where) -> None:
+        if _rec.on and self._event is not None:
+            self._done(status, received)
+            end = _now()
+            _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
 
     def Test(self, status=None):
-        if not _rec.on or self._event is None:
-            return self._orig.Test(status)
         status = status if status is not None else MPI.Status()
-        start = _now()
         flag = self._orig.Test(status)
-        if flag:
+        if flag and _rec.on:
             self._done(status)
-            self._waiting("Test", start)
         return flag
 
     def test(self, status=None):
-        if not _rec.on or self._event is None:
-            return self._orig.test(status)
         status = status if status is not None else MPI.Status()
-        before, start = _rec.pickled_in, _now()
+        before = _rec.pickled_in
         flag, value = self._orig.test(status)
-        if flag:
+        if flag and _rec.on:
             self._done(status, _rec.pickled_in - before if self._lowercase else None)
-            self._waiting("test", start)
         return flag, value
 
     def Get_status(self, status=None):
@@ -416,38 +532,36 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     def __hash__(self) -> int:
         return hash(self._orig)
 
-    # many requests: completed one by one through the originals, which keeps the per-request
-    # status and size exact and is equivalent (MPI progresses every request during each wait)
+    # many requests: polled through the originals
     @classmethod
     def Waitall(cls, requests, statuses=None):
-        if not _rec.on:
-            return _Request.Waitall(_originals(requests), statuses)
-        start = _now()
-        statuses = statuses if statuses is not None else [MPI.Status() for _ in requests]
+        start, where = _now(), _where()
+        statuses = statuses if statuses is not None else []
         while len(statuses) < len(requests):
             statuses.append(MPI.Status())
-        result = _Request.Waitall(_originals(requests), statuses)
-        for request, status in zip(requests, statuses):
-            if type(request) is TracedRequest:
-                request._done(status)
-        _log_wait("Waitall", start)
-        return result
+        originals = _originals(requests)
+        _poll(lambda: _Request.Testall(originals, statuses), _many("Waitall", requests, where))
+        if _rec.on:
+            for request, status in zip(requests, statuses):
+                if type(request) is TracedRequest:
+                    request._done(status)
+            _log_wait("Waitall", start, where)
+        return True
 
     @classmethod
     def waitall(cls, requests, statuses=None):
-        if not _rec.on:
-            return _Request.waitall(_originals(requests), statuses)
-        start = _now()
+        start, where = _now(), _where()
         values = []
         for i, request in enumerate(requests):
             status = statuses[i] if statuses is not None and i < len(statuses) else MPI.Status()
             if type(request) is TracedRequest:
-                before = _rec.pickled_in
-                values.append(request._orig.wait(status))
-                request._done(status, _rec.pickled_in - before if request._lowercase else None)
-            else:
                 values.append(request.wait(status))
-        _log_wait("waitall", start)
+            else:
+                box = []
+                _poll(lambda: box.append(request.test(status)) or box[-1][0], _many("waitall", requests, where))
+                values.append(box[-1][1])
+        if _rec.on:
+            _log_wait("waitall", start, where)
         return values
 
     @classmethod
@@ -471,14 +585,19 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Waitany(cls, requests, status=None):
         status = status if status is not None else MPI.Status()
-        index = _Request.Waitany(_originals(requests), status)
-        _done_at(requests, index, status)
-        return index
+        originals, box = _originals(requests), []
+        _poll(lambda: box.append(_Request.Testany(originals, status)) or box[-1][1],
+              _many("Waitany", requests, _where()))
+        _done_at(requests, box[-1][0], status)
+        return box[-1][0]
 
     @classmethod
     def waitany(cls, requests, status=None):
         status = status if status is not None else MPI.Status()
-        index, value = _Request.waitany(_originals(requests), status)
+        originals, box = _originals(requests), []
+        _poll(lambda: box.append(_Request.testany(originals, status)) or box[-1][1],
+              _many("waitany", requests, _where()))
+        index, _, value = box[-1]
         _done_at(requests, index, status)
         return index, value
 
@@ -501,7 +620,10 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Waitsome(cls, requests, statuses=None):
         statuses = statuses if statuses is not None else [MPI.Status() for _ in requests]
-        indices = _Request.Waitsome(_originals(requests), statuses)
+        originals, box = _originals(requests), []
+        _poll(lambda: box.append(_Request.Testsome(originals, statuses)) or bool(box[-1]) or box[-1] is None,
+              _many("Waitsome", requests, _where()))
+        indices = box[-1]
         for k, index in enumerate(indices or []):
             _done_at(requests, index, statuses[k])
         return indices
@@ -515,12 +637,24 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         return indices
 
 
+def _many(name: str, requests, where):
+    """Describe a wait on several requests by the first one still pending."""
+    def describe() -> dict:
+        for request in requests:
+            if type(request) is TracedRequest and request._orig:
+                state = request._describe(where)
+                state["op"] = f"{name} ({state['op']})"
+                return state
+        return {"op": name, "kind": "wait", "comm": None, "members": None, "peer": None, "any_source": False,
+                "tag": -1, "bytes": 0, "root": None, "file": where[0], "line": where[1]}
+    return describe
+
+
 def _done_at(requests, index, status) -> None:
     if _rec.on and index is not None and index >= 0 and type(requests[index]) is TracedRequest:
         requests[index]._done(status)
 
 
-def _log_wait(name: str, start: float) -> None:
-    frame = sys._getframe(2)
+def _log_wait(name: str, start: float, where) -> None:
     end = _now()
-    _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, frame.f_code.co_filename, frame.f_lineno))
+    _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))

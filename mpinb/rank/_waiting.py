@@ -1,0 +1,78 @@
+"""Waiting for MPI in a way that can be interrupted, and that tells the notebook what it waits for.
+
+A rank blocked inside a C-level MPI call never returns to Python, so the notebook's interrupt
+(SIGINT) cannot reach it. Traced blocking calls therefore post the nonblocking form and poll it:
+spinning at first (so latency and bandwidth stay MPI's own), then sleeping with a growing pause,
+during which signals are handled. A rank that has waited a while publishes what it waits for on
+the status channel (ipyparallel's data messages), so the notebook can diagnose deadlocks live.
+"""
+
+from __future__ import annotations
+
+import time
+
+SPIN_SECONDS = 0.01     # pure polling first: large transfers need MPI progress calls
+FIRST_PAUSE = 50e-6     # then sleep, doubling up to
+LONGEST_PAUSE = 0.002   # which bounds both the added latency and the reaction to a signal
+REPORT_AFTER = 0.3      # publish the wait on the status channel once it lasted this long
+REPORT_EVERY = 0.5
+
+_now = time.perf_counter
+
+# What this rank is waiting for right now (None when it is not in a traced MPI wait).
+current: dict | None = None
+
+
+def publish(state: dict | None) -> None:
+    try:
+        from ipyparallel.datapub import publish_data
+
+        publish_data({"mpinb_wait": state})
+    except Exception:  # noqa: BLE001 - outside an engine (plain mpiexec) there is no channel
+        pass
+
+
+def wait(test, describe) -> None:
+    """Call ``test()`` until it returns true; ``describe()`` gives the wait's description.
+
+    If an exception (the notebook's interrupt) breaks the wait, ``current`` keeps describing it.
+    """
+    if test():
+        return
+    global current
+    began = _now()
+    while _now() - began < SPIN_SECONDS:
+        if test():
+            return
+    state = describe()
+    state["since"] = time.time() - (_now() - began)
+    current = state
+    pause, reported = FIRST_PAUSE, 0.0
+    while True:
+        time.sleep(pause)
+        if test():
+            break
+        pause = min(pause * 2, LONGEST_PAUSE)
+        waited = _now() - began
+        if waited >= REPORT_AFTER and waited - reported >= REPORT_EVERY:
+            publish(state)
+            reported = waited
+    current = None
+    if reported:
+        publish(None)
+
+
+def wait_request(request, status, describe) -> None:
+    """Complete ``request`` (an mpi4py Request) without blocking inside MPI."""
+    wait(lambda: request.Test(status), describe)
+
+
+def interrupted_wait() -> dict | None:
+    """The wait that an exception (interrupt, abort) just broke out of, if any."""
+    return current
+
+
+def clear() -> None:
+    global current
+    current = None
+
