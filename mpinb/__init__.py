@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "CellSyntaxError": ".errors",
+    "DeadlockError": ".errors",
+    "MPIHangError": ".errors",
+    "RankDiedError": ".errors",
     "Pool": ".pool",
     "PoolError": ".errors",
     "PoolStartError": ".errors",

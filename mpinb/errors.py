@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from .result import RankFailure, RunResult
 
 
+def _short_wait(state: dict) -> str:
+    """``bcast (line 5)`` for the one-line account of a failed run."""
+    return f"{state.get('op', '?')} (line {state.get('line')})"
+
+
 class PoolError(RuntimeError):
     """The pool could not do what was asked (not started, failed to start, died)."""
 
@@ -43,9 +48,18 @@ class RankError(RuntimeError):
         lines = []
         for ranks, failure in self.groups():
             lines.append(f"{format_ranks(ranks, word=True)} raised {failure.headline()}")
-        waiting = [r for r in self.result.ranks if r not in self.failures]
-        if waiting:
-            lines.append(f"{format_ranks(waiting, word=True)} finished without error")
+        released = [r for r in self.result.released if r in self.failures]
+        by_wait: dict[str, list[int]] = {}
+        for rank in released:
+            waiting = self.failures[rank].waiting
+            what = (f"were waiting in {_short_wait(waiting)}" if waiting
+                    else "were stopped (they were not waiting in MPI)")
+            by_wait.setdefault(what, []).append(rank)
+        for what, ranks in by_wait.items():
+            lines.append(f"{format_ranks(ranks, word=True)} {what}")
+        fine = [r for r in self.result.ranks if r not in self.failures]
+        if fine:
+            lines.append(f"{format_ranks(fine, word=True)} finished without error")
         return "; ".join(lines)
 
     def render(self) -> str:
@@ -75,3 +89,26 @@ class CellSyntaxError(Exception):
         import traceback
 
         return "".join(traceback.format_exception_only(SyntaxError, self.error)).splitlines()
+
+
+class MPIHangError(TimeoutError):
+    """A run stopped (timeout or interrupt) while ranks were blocked in MPI.
+
+    ``diagnosis`` (a :class:`mpinb.hang.Diagnosis`) holds, as data, what each rank waited in and
+    the wait-for cycle; ``str()`` is the text the notebook shows. The pool is usable afterwards.
+    """
+
+    def __init__(self, message: str, diagnosis):
+        self.diagnosis = diagnosis
+        super().__init__(f"{message}\n{diagnosis.text()}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class DeadlockError(MPIHangError):
+    """An :class:`MPIHangError` whose ranks wait for each other in a cycle (or for absent ranks)."""
+
+
+class RankDiedError(PoolError):
+    """A rank's process died (exit, signal, out of memory); MPI cannot go on without it."""

@@ -17,16 +17,21 @@ from typing import Iterable, Mapping, Sequence
 import psutil
 
 from . import rank as _rank
+from ._deathwatch import DeathWatch
 from ._ranges import format_ranks, parse_ranks
 from ._streams import OutputCallback, StreamTracker
 from ._values import unpack
-from .errors import PoolError, PoolStartError
+from .errors import DeadlockError, MPIHangError, PoolError, PoolStartError, RankDiedError
+from .hang import HangWatch, death_report
 from .launch import LaunchSettings, find_mpiexec, rank_environment
 from .result import RankFailure, RunResult
 from .trace import Trace
 
 # How long ranks get to come back after an interrupt before the caller gets control anyway.
 INTERRUPT_GRACE = 2.0
+# After one rank failed, how long the others get to finish before they are interrupted.
+RELEASE_AFTER = 0.3
+RESET_TIMEOUT = 10.0
 _POLL = 0.02
 _cell_numbers = itertools.count(1)
 _live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
@@ -87,6 +92,7 @@ class Pool:
         self._ranks_info: dict[int, dict] = {}
         self._watchdog: subprocess.Popen | None = None
         self._processes: list[psutil.Process] = []
+        self._deaths: DeathWatch | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -216,6 +222,8 @@ class Pool:
                 )
             self._engine_of[info["rank"]] = engine_id
             self._ranks_info[info["rank"]] = info
+        if self.settings.local:
+            self._deaths = DeathWatch({rank: info["pid"] for rank, info in self._ranks_info.items()})
 
     def _dead_process(self) -> str | None:
         cluster = self._cluster
@@ -270,6 +278,9 @@ class Pool:
     def _shutdown(self) -> None:
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
+        if self._deaths is not None:
+            self._deaths.close()
+            self._deaths = None
         self._engine_of.clear()
         self._ranks_info.clear()
         tree = []
@@ -394,31 +405,106 @@ class Pool:
         started = time.perf_counter()
         pending = view.apply_async(func, *args)
         tracker = StreamTracker(pending, ranks)
-        stop_reason = None
+        watch = HangWatch(ranks, idle=[r for r in range(self.size) if r not in ranks])
+        stop_reason, released, first_failure, replies_seen, dead = None, [], None, {}, []
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             while not pending.ready():
                 pending.wait(_POLL * 5)
                 tracker.poll(on_output)
+                dead = self._dead_ranks(ranks)
+                if dead:
+                    stop_reason = "died"
+                    break
+                done = _per_message_done(self._client, pending)
+                news = watch.update(pending.data, done)
+                if news is not None and on_output is not None:
+                    on_output(ranks[0], "hang", news.text())
+                if first_failure is None and self._any_failed(pending, done, replies_seen):
+                    first_failure = time.monotonic()
+                elif first_failure and not released and time.monotonic() - first_failure > RELEASE_AFTER:
+                    # mpi4py's own runner aborts every rank when one fails; we interrupt the rest
+                    # (they are usually waiting for the failed one) and keep the pool.
+                    released = [r for r, finished in zip(ranks, done) if not finished]
+                    self.interrupt(released)
                 if deadline is not None and time.monotonic() > deadline:
                     stop_reason = "timeout"
                     break
         except KeyboardInterrupt:
             stop_reason = "interrupt"
+        if stop_reason == "died":
+            raise self._after_death(dead)
         if stop_reason:
             self.interrupt(ranks)
             pending.wait(INTERRUPT_GRACE)
         pending.wait_for_output(0.5 if pending.ready() else 0)
         tracker.poll(on_output)
         result = self._collect(pending, ranks, time.perf_counter() - started)
+        result.released = released
         self.last_result = result
-        if stop_reason == "interrupt":
-            raise KeyboardInterrupt(self._stopped_message("interrupted", pending, ranks))
-        if stop_reason == "timeout":
-            raise TimeoutError(self._stopped_message(f"did not finish within {timeout:g} s", pending, ranks))
+        if stop_reason or released:
+            self._fresh_world()
+        if stop_reason:
+            raise self._stopped(stop_reason, timeout, pending, ranks, watch.diagnosis)
         if check:
             result.raise_for_errors()
         return result
+
+    def _any_failed(self, pending, done: list[bool], seen: dict) -> bool:
+        """Whether a finished rank's reply carries an error (each reply is fetched once)."""
+        for msg_id, finished in zip(pending.msg_ids, done):
+            if not finished or msg_id in seen:
+                continue
+            try:
+                seen[msg_id] = reply = self._client.get_result(msg_id).get(timeout=1)
+            except Exception as err:  # noqa: BLE001 - the request itself failed
+                seen[msg_id] = reply = err
+            if isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error")):
+                return True
+        return False
+
+    def _stopped(self, reason: str, timeout, pending, ranks: list[int], diagnosis) -> BaseException:
+        what = "was interrupted" if reason == "interrupt" else f"did not finish within {timeout:g} s"
+        text = self._stopped_message(what, pending, ranks)
+        if diagnosis is not None:
+            error = DeadlockError if diagnosis.deadlock else MPIHangError
+            hang = error(text, diagnosis)
+            if reason == "interrupt":
+                return KeyboardInterrupt(str(hang))
+            return hang
+        return KeyboardInterrupt(text) if reason == "interrupt" else TimeoutError(text)
+
+    def _fresh_world(self) -> None:
+        """After an aborted run, every rank moves to a new world so that no message the run left
+        in flight can reach a later receive."""
+        try:
+            self._client[:].apply_async(_rank.reset).get(timeout=RESET_TIMEOUT)
+        except Exception as err:  # noqa: BLE001 - say what happened; the pool may need a restart
+            raise PoolError(
+                "the ranks could not start a fresh MPI world after the aborted run "
+                f"({type(err).__name__}: {err}); run `%mpi restart` (Pool.restart())"
+            ) from None
+
+    def _dead_ranks(self, ranks: list[int]) -> list[int]:
+        """The rank(s) whose process ended first, if any did (local pools)."""
+        if self._deaths is None:
+            return []
+        return self._deaths.first()
+
+    def _after_death(self, dead: list[int]) -> RankDiedError:
+        """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
+        deadline = time.monotonic() + 3  # the launcher reports once it has cleaned up
+        while time.monotonic() < deadline and not self._dead_process():
+            time.sleep(0.05)
+        output = "".join(_launcher_output(es) for es in self._cluster.engines.values())
+        by_pid = {info["pid"]: rank for rank, info in self._ranks_info.items()}
+        how = death_report(output, by_pid, dead)
+        size = self.size
+        self.restart()
+        return RankDiedError(
+            f"{how} while running the cell. MPI cannot continue without it, so the pool was "
+            f"restarted with {size} fresh ranks: every rank's variables are lost."
+        )
 
     def _stopped_message(self, what: str, pending, ranks: list[int]) -> str:
         busy = [r for r, done in zip(ranks, _per_message_done(self._client, pending)) if not done]
@@ -426,7 +512,7 @@ class Pool:
         if busy:
             text += (
                 f" {format_ranks(busy, word=True)} did not stop within {INTERRUPT_GRACE:g} s "
-                "(blocked inside MPI?): the pool stays busy until they return; "
+                "(blocked inside MPI outside mpinb's reach?): the pool stays busy until they return; "
                 "`%mpi restart` (Pool.restart()) starts afresh."
             )
         return text

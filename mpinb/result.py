@@ -19,6 +19,7 @@ class RankFailure:
     traceback: str
     line: int | None = None
     file: str = ""
+    waiting: dict | None = None  # the MPI wait an interrupt broke, if it broke one
 
     def headline(self) -> str:
         where = f" (line {self.line})" if self.line else ""
@@ -45,15 +46,21 @@ class RunResult:
     dropped_lines: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
     trace: Trace | None = None
+    released: list[int] = field(default_factory=list)  # ranks interrupted because another failed
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
     def error_groups(self) -> list[tuple[list[int], RankFailure]]:
-        """Failures with identical tracebacks merged: ``[(ranks, failure), ...]`` in rank order."""
+        """Failures with identical tracebacks merged: ``[(ranks, failure), ...]`` in rank order.
+
+        Ranks that mpinb interrupted because another rank failed are not failures of their own.
+        """
         groups: dict[tuple, tuple[list[int], RankFailure]] = {}
         for rank in sorted(self.errors):
+            if rank in self.released and self.errors[rank].type == "KeyboardInterrupt":
+                continue
             failure = self.errors[rank]
             key = (failure.type, failure.message, failure.traceback)
             groups.setdefault(key, ([], failure))[0].append(rank)

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from .._values import pack
 from ._output import capped_output
+from . import _waiting
 from ._tracing import recording
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +82,8 @@ def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
                 record["error"] = _describe(exc, filename, exit_code=exc.code)
         except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
             record["error"] = _describe(exc, filename)
+            record["error"]["waiting"] = _waiting.interrupted_wait()
+            _waiting.clear()
         else:
             if value is not None:
                 record["value"], record["repr"], record["why"] = pack(value)

@@ -27,6 +27,16 @@ def init() -> None:
     _ready = True
 
 
+def reset() -> bool:
+    """After an aborted run: a fresh world for user code (collective over all ranks)."""
+    from IPython import get_ipython
+
+    from ._tracing import reset as fresh_world
+
+    fresh_world(get_ipython().user_ns)
+    return True
+
+
 def _lazy(name: str):
     """``name``'s module, loaded on first use: numpy's import would cost every rank 0.1 s of
     start-up, on cores that the other ranks are starting on too. Any `import numpy` loads it."""

@@ -261,19 +261,16 @@ def _probe(name: str):
 
 # -- collectives -------------------------------------------------------------------------------
 
-_OP_CODES: dict[str, int] = {}
-
-
 def _agree(comm, name: str, root: int, where) -> None:
     """Every member says which collective it is in; a mismatch raises on all of them."""
-    code = _OP_CODES.setdefault(name, len(_OP_CODES) + 1)
+    code = _LOWER_COLLECTIVES.index(name)
     size = comm.Get_size()
     mine, everyone = array("i", [code, root]), array("i", [0] * (2 * size))
     request = comm._mpinb_shadow.Iallgather(mine, everyone)
     _poll_request(request, None, _describer(comm, name, "collective", None, -1, 0, where, root))
     calls = {(everyone[2 * r], everyone[2 * r + 1]) for r in range(size)}
     if len(calls) > 1:
-        names = {c: n for n, c in _OP_CODES.items()}
+        names = dict(enumerate(_LOWER_COLLECTIVES))
         groups: dict[str, list[int]] = {}
         members = _rec.comms.get(comm._mpinb_id) or list(range(size))
         for r in range(size):
@@ -397,6 +394,7 @@ _P2P = {
 
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
+_LOWER_COLLECTIVES = tuple(_ROOTS_LOWER)  # the same codes on every rank
 _ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,

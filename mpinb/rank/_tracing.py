@@ -12,23 +12,41 @@ from ._traced import TracedRequest, _Request, traced
 
 _plain_world = MPI.COMM_WORLD
 _traced_world = None
+_housekeeping = None  # mpinb's own copy of the world, never touched by user code
 
 
 def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
-    global _traced_world
+    global _traced_world, _housekeeping
     world = _plain_world
     _traced_world = traced(world, "world", list(range(world.Get_size())))
     count_pickled_bytes()
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
-    internal = world.Dup()  # mpinb's own traffic never uses the user's communicators
-    try:
-        align_clock(internal)
-    finally:
-        internal.Free()
+    _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
+    align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
+
+
+def reset(namespace: dict) -> None:
+    """A fresh world after an aborted run (collective over all ranks).
+
+    Messages that the aborted run left in flight belong to the old world's context, so they can
+    never match a receive on the new one. Communicators the user derived earlier keep theirs.
+    """
+    global _plain_world, _traced_world
+    old_plain, old_traced = _plain_world, _traced_world
+    polite_barrier(_housekeeping)
+    _plain_world = _housekeeping.Dup()
+    _traced_world = traced(_plain_world, "world", list(range(_plain_world.Get_size())))
+    for name, value in list(namespace.items()):
+        if value is old_traced or value is old_plain:
+            namespace[name] = _traced_world if value is old_traced else _plain_world
+    if MPI.COMM_WORLD is old_traced:
+        MPI.COMM_WORLD = _traced_world
+    elif MPI.COMM_WORLD is old_plain:
+        MPI.COMM_WORLD = _plain_world
 
 
 def _use(namespace: dict, traced_calls: bool) -> None:

@@ -19,6 +19,7 @@ const CSS = `
 .mpinb-out pre { margin: 4px 0; max-height: 30em; overflow: auto; white-space: pre-wrap;
   font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px); }
 .mpinb-out .err { color: #c00; }
+.mpinb-out pre.notice { color: #8a4b00; background: #fff4e5; border-left: 3px solid #f28e2b; padding: 4px 8px; }
 .mpinb-out .prefix { font-weight: bold; }
 .mpinb-out .note { color: #777; font-style: italic; }
 .mpinb-out table.values { border-collapse: collapse; margin-top: 4px; }
@@ -195,6 +196,13 @@ function render({ model, el }) {
     summary.textContent = model.get("summary");
     bar.appendChild(summary);
     root.appendChild(bar);
+    const notice = model.get("notice");
+    if (notice) {
+      const pre = document.createElement("pre");
+      pre.className = "notice";
+      pre.textContent = notice;
+      root.appendChild(pre);
+    }
 
     const box = document.createElement("div");
     box.className = "content";
@@ -219,7 +227,7 @@ function render({ model, el }) {
     pending = true;
     requestAnimationFrame(() => { pending = false; draw(); });
   }
-  for (const name of ["ranks", "stdout", "stderr", "displays", "merged", "state", "values", "mode", "summary"]) {
+  for (const name of ["ranks", "stdout", "stderr", "displays", "merged", "state", "values", "mode", "summary", "notice"]) {
     model.on(`change:${name}`, redraw);
   }
   draw();

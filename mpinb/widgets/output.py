@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import pathlib
 import time
 
@@ -36,6 +37,7 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
     values = t.List(t.Unicode()).tag(sync=True)
     mode = t.Unicode("tabs").tag(sync=True)
     summary = t.Unicode("").tag(sync=True)
+    notice = t.Unicode("").tag(sync=True)  # a live hang diagnosis, for instance
 
     def __init__(self, ranks: list[int], mode: str = "tabs", **kwargs):
         count = len(ranks)
@@ -74,6 +76,8 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
                 merged.append([i, kind, data])
         elif kind.startswith("reset-"):
             buf[kind[6:]][i] = data
+        elif kind == "hang":
+            self.notice = data
         elif kind == "display":
             self._outputs[rank].append(data)
             buf["displays"][i].append(_displayable(data))
@@ -121,6 +125,9 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
             ranks = [r for r in ranks if r == 0]
         text = _render.as_text(ranks, stdout, stderr, self._outputs, values)
         page = _render.as_html(ranks, stdout, stderr, self._outputs, values)
+        if self.notice:
+            text = f"{self.notice}\n{text}"
+            page = f'<pre style="color:#b35900">{html.escape(self.notice)}</pre>{page}'
         return text or self.summary, page
 
 

@@ -1,0 +1,222 @@
+"""Why a run hangs: who waits for whom, on which line, and what usually fixes it.
+
+Built in the notebook from what each blocked rank publishes on the status channel (see
+``mpinb.rank._waiting``): a wait-for graph over the ranks, and a cycle in it if there is one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ._ranges import format_ranks
+
+FIXES = {
+    "send": ("Each rank sends before it receives. Small messages are buffered, so this often works; "
+             "large ones are not, so every send waits for a receive that its neighbour posts only "
+             "after its own send has completed."),
+    "recv": "Each rank waits to receive before it sends, so no message is ever sent.",
+    "collective": ("The ranks are not in the same collective call: every rank of a communicator must "
+                   "call the same collectives, in the same order."),
+}
+USUAL_FIXES = ("Usual fixes: order by rank (even ranks send first, odd ranks receive first); "
+               "use comm.sendrecv(...) for an exchange; or post comm.irecv(...) and comm.isend(...) "
+               "and wait for both.")
+
+
+@dataclass
+class Diagnosis:
+    """What each blocked rank waits in, and the wait-for cycle (``None`` if there is none)."""
+
+    waits: dict[int, dict]
+    finished: list[int] = field(default_factory=list)
+    idle: list[int] = field(default_factory=list)
+    cycle: list[int] | None = None
+
+    @property
+    def deadlock(self) -> bool:
+        return self.cycle is not None or bool(self.stuck_on_absent())
+
+    def waits_for(self, rank: int) -> set[int]:
+        """The ranks whose action ``rank`` needs before its wait can end."""
+        state = self.waits[rank]
+        members = state.get("members") or sorted(set(self.waits) | set(self.finished) | set(self.idle))
+        kind = state.get("kind")
+        if kind == "collective" or state.get("peer") is None or state.get("any_source"):
+            same = {r for r, s in self.waits.items()
+                    if s.get("comm") == state.get("comm") and s.get("op") == state.get("op")}
+            others = set(members) - {rank}
+            return others - same if kind == "collective" else others
+        return {state["peer"]}
+
+    def stuck_on_absent(self) -> dict[int, list[int]]:
+        """Ranks waiting only for ranks that finished the run or are not running it."""
+        gone = set(self.finished) | set(self.idle)
+        stuck = {}
+        for rank in self.waits:
+            needed = self.waits_for(rank)
+            if needed and needed <= gone:
+                stuck[rank] = sorted(needed)
+        return stuck
+
+    def text(self) -> str:
+        lines = []
+        if self.cycle is not None:
+            lines.append("Deadlock: these ranks are blocked in MPI, each waiting for another.")
+        else:
+            lines.append("The ranks below are blocked in MPI and nothing they wait for is coming.")
+        for rank in sorted(self.waits):
+            lines.append(f"  rank {rank}: {describe_wait(self.waits[rank])}")
+        if self.finished:
+            lines.append(f"  {format_ranks(self.finished, word=True)}: finished the run")
+        if self.idle:
+            lines.append(f"  {format_ranks(self.idle, word=True)}: not running this cell (see --targets)")
+        if self.cycle is not None:
+            lines.append("Wait-for cycle: " + " -> ".join(str(r) for r in [*self.cycle, self.cycle[0]]))
+            kinds = {self.waits[r].get("kind") for r in self.cycle}
+            if len(kinds) == 1 and kinds <= set(FIXES):
+                lines.append(FIXES[kinds.pop()])
+        for rank, needed in sorted(self.stuck_on_absent().items()):
+            lines.append(f"rank {rank} waits for {format_ranks(needed, word=True)}, which will not take part.")
+        lines.append(USUAL_FIXES)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def describe_wait(state: dict) -> str:
+    """``send to rank 1 (tag 0, 4.0 MB) at line 2, waiting 2.1 s``"""
+    op, kind = state.get("op", "?"), state.get("kind")
+    if kind == "send":
+        what = f"{op} to rank {state.get('peer')}"
+    elif kind == "recv":
+        source = "any rank" if state.get("any_source") else f"rank {state.get('peer')}"
+        what = f"{op} from {source}"
+    else:
+        what = f"{op} on communicator {state.get('comm')!r}"
+        if state.get("root") is not None:
+            what += f" (root {state['root']})"
+    details = []
+    tag = state.get("tag")
+    if kind in ("send", "recv") and tag is not None and tag >= 0:
+        details.append(f"tag {tag}")
+    if state.get("bytes"):
+        details.append(_size(state["bytes"]))
+    if details:
+        what += f" ({', '.join(details)})"
+    where = f" at line {state.get('line')}"
+    file = state.get("file", "")
+    if file and not file.startswith("<mpi-cell"):
+        where += f" of {file}"
+    waited = state.get("waited")
+    return what + where + (f", waiting {waited:.1f} s" if waited else "")
+
+
+def _size(count: int) -> str:
+    if count >= 2**20:
+        return f"{count / 2**20:.1f} MB"
+    if count >= 1024:
+        return f"{count / 1024:.1f} kB"
+    return f"{count} bytes"
+
+
+def diagnose(waits: dict[int, dict], finished: list[int], idle: list[int]) -> Diagnosis:
+    """The diagnosis for ranks blocked in ``waits`` (rank -> published state)."""
+    diagnosis = Diagnosis(waits=dict(waits), finished=sorted(finished), idle=sorted(idle))
+    graph = {rank: sorted(diagnosis.waits_for(rank) & set(waits)) for rank in waits}
+    diagnosis.cycle = _find_cycle(graph)
+    return diagnosis
+
+
+def _find_cycle(graph: dict[int, list[int]]) -> list[int] | None:
+    """A cycle in a directed graph, as a list of nodes, or None (iterative DFS, smallest first)."""
+    color = {node: 0 for node in graph}  # 0 new, 1 on the stack, 2 done
+    for root in sorted(graph):
+        if color[root]:
+            continue
+        stack, path = [(root, iter(graph[root]))], [root]
+        color[root] = 1
+        while stack:
+            node, children = stack[-1]
+            for child in children:
+                if color.get(child) == 1:
+                    return path[path.index(child):]
+                if color.get(child) == 0:
+                    color[child] = 1
+                    stack.append((child, iter(graph[child])))
+                    path.append(child)
+                    break
+            else:
+                color[node] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+class HangWatch:
+    """Follows the status channel during a run; reports a diagnosis when every running rank is
+    blocked in MPI, and again whenever the picture changes."""
+
+    def __init__(self, ranks: list[int], idle: list[int]):
+        self.ranks = ranks
+        self.idle = idle
+        self.diagnosis: Diagnosis | None = None
+        self._shown: tuple | None = None
+
+    def update(self, published: list[dict], done: list[bool]) -> Diagnosis | None:
+        """The new diagnosis if the hang is new or different, else None."""
+        waits = {}
+        for rank, data, finished in zip(self.ranks, published, done):
+            if finished:
+                continue
+            state = (data or {}).get("mpinb_wait")
+            if not state:
+                self.diagnosis = None  # someone still computes: not (yet) a hang
+                return None
+            if "since" in state:
+                state = dict(state, waited=max(time.time() - state["since"], 0.0))
+            waits[rank] = state
+        if not waits:
+            return None
+        finished = [r for r, d in zip(self.ranks, done) if d]
+        self.diagnosis = diagnose(waits, finished, self.idle)
+        key = tuple((r, s.get("op"), s.get("peer"), s.get("line")) for r, s in sorted(waits.items()))
+        if key == self._shown:
+            return None
+        self._shown = key
+        return self.diagnosis
+
+
+_SIGNALS = {"6": "SIGABRT", "9": "SIGKILL (out of memory, or kill -9)", "11": "SIGSEGV (a crash)",
+            "15": "SIGTERM", "7": "SIGBUS"}
+
+
+def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int]) -> str:
+    """``"rank 2 died: killed by signal 9 (SIGKILL ...)"``, from what was seen and MPI's report.
+
+    ``dead`` are the ranks seen gone first; the launcher's report (MPICH's "BAD TERMINATION",
+    Open MPI's "exited on signal") adds how, when it is about one of them.
+    """
+    import re
+
+    who = format_ranks(dead, word=True) if dead else "a rank"
+    if len(dead) > 1:
+        who = f"one of {who}"
+    how = ""
+    reported = re.search(r"PID (\d+) RUNNING AT", output) or re.search(r"PID (\d+) on node", output)
+    if reported and rank_of_pid.get(int(reported.group(1))) in (dead or [rank_of_pid.get(int(reported.group(1)))]):
+        if not dead:
+            who = f"rank {rank_of_pid.get(int(reported.group(1)))}"
+        signal = (re.search(r"KILLED BY SIGNAL: (\d+)", output) or re.search(r"exited on signal (\d+)", output)
+                  or re.search(r"EXIT STRING: .*\(signal (\d+)\)", output))
+        code = re.search(r"EXIT CODE: (\d+)", output)
+        if signal:
+            how = f"killed by signal {signal.group(1)} ({_SIGNALS.get(signal.group(1), 'see man 7 signal')})"
+        elif code:
+            value = int(code.group(1))
+            if value > 128 and str(value - 128) in _SIGNALS:
+                how = f"killed by signal {value - 128} ({_SIGNALS[str(value - 128)]})"
+            else:
+                how = f"its process exited with code {value}"
+    return f"{who} died" + (f": {how}" if how else " (its process ended)")

@@ -1,0 +1,150 @@
+"""Hang safety on real pools: deadlocks are diagnosed and interruptible, and the pool survives."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import pytest
+
+import mpinb
+from conftest import pool_processes
+
+RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
+
+
+def hang_notices(sink: list):
+    return lambda rank, kind, data: sink.append((time.monotonic(), data)) if kind == "hang" else None
+
+
+def test_classic_ring_deadlock_is_diagnosed_live_and_the_pool_survives(pool4):
+    notices: list = []
+    began = time.monotonic()
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(RING, timeout=4, on_output=hang_notices(notices))
+    assert notices and notices[0][0] - began < 2.5, "the diagnosis shows within about 2 s"
+    diagnosis = info.value.diagnosis
+    assert diagnosis.cycle == [0, 1, 2, 3]
+    for rank, state in diagnosis.waits.items():
+        assert (state["op"], state["kind"], state["peer"], state["line"]) == ("send", "send", (rank + 1) % 4, 1)
+        assert state["bytes"] > 1_000_000 * 0.9
+    text = str(info.value)
+    assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in text and "sendrecv" in text
+    # The same pool works, and nothing the aborted run sent reaches a later receive.
+    res = pool4.run("comm.send(('fresh', rank), dest=(rank + 1) % size)\ncomm.recv(source=MPI.ANY_SOURCE)")
+    assert res.value == {r: ("fresh", (r - 1) % 4) for r in range(4)}
+
+
+def test_interrupt_returns_control_within_two_seconds(pool4):
+    threading.Timer(1.5, _thread.interrupt_main).start()  # the notebook's stop button
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as info:
+        pool4.run(RING)
+    assert time.monotonic() - began < 1.5 + 2.5
+    assert "Wait-for cycle" in str(info.value)
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_a_failing_rank_releases_the_ranks_waiting_for_it(pool4):
+    began = time.monotonic()
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run("x = 1\nif rank == 1:\n    1 / 0\nvalue = comm.bcast(x, root=1)\n")
+    assert time.monotonic() - began < 5
+    message = str(info.value)
+    assert "rank 1 raised ZeroDivisionError: division by zero (line 3)" in message
+    assert "ranks 0, 2-3 were waiting in bcast (line 4)" in message
+    assert [ranks for ranks, _ in info.value.groups()] == [[1]]
+    assert pool4.run("comm.bcast(rank, root=2)").value == {r: 2 for r in range(4)}
+
+
+def test_mismatched_lowercase_collectives_raise_instead_of_hanging(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run("if rank == 0:\n    comm.bcast(1, root=0)\nelse:\n    comm.barrier()\n", timeout=20)
+    failures = info.value.failures
+    assert sorted(failures) == [0, 1, 2, 3]
+    assert len({f.message for f in failures.values()}) == 1, "every rank tells the same story"
+    assert "rank 0 called bcast (root 0); ranks 1, 2, 3 called barrier" in failures[0].message
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_mismatched_buffer_collectives_are_diagnosed(pool4):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run("if rank == 0:\n    comm.Bcast(np.zeros(4), root=0)\nelse:\n    comm.Barrier()\n", timeout=3)
+    diagnosis = info.value.diagnosis
+    # The root's small Bcast completes on its own; the others wait in Barrier for a rank that left.
+    assert diagnosis.finished == [0]
+    assert {r: s["op"] for r, s in diagnosis.waits.items()} == {1: "Barrier", 2: "Barrier", 3: "Barrier"}
+    assert "waits for rank 0, which will not take part" in str(info.value)
+
+
+def test_receive_that_nobody_sends_to(pool4):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run("if rank == 0:\n    comm.recv(source=1, tag=5)\n", timeout=3)
+    diagnosis = info.value.diagnosis
+    assert list(diagnosis.waits) == [0] and diagnosis.finished == [1, 2, 3]
+    assert diagnosis.stuck_on_absent() == {0: [1]}
+    assert "rank 0 waits for rank 1, which will not take part" in str(info.value)
+
+
+def test_three_rank_cycle_inside_a_larger_pool(pool4):
+    code = ("if rank < 3:\n    comm.send(np.zeros(200_000), dest=(rank + 1) % 3)\n"
+            "    comm.recv(source=(rank - 1) % 3)\n")
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(code, timeout=3)
+    assert info.value.diagnosis.cycle == [0, 1, 2]
+    assert info.value.diagnosis.finished == [3]
+
+
+def test_deadlock_on_a_split_communicator(pool4):
+    code = ("half = comm.Split(rank % 2, rank)\n"
+            "half.send(np.zeros(300_000), dest=(half.rank + 1) % half.size)\n"
+            "half.recv(source=(half.rank - 1) % half.size)\n")
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(code, timeout=3)
+    diagnosis = info.value.diagnosis
+    assert sorted(diagnosis.cycle) in ([0, 2], [1, 3])
+    assert {state["peer"] for state in diagnosis.waits.values()} == {0, 1, 2, 3}, "peers in world ranks"
+
+
+def test_a_collective_missing_ranks_that_are_not_targeted(pool4):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run("comm.Barrier()", targets=[0, 1], timeout=3)
+    assert info.value.diagnosis.idle == [2, 3]
+    assert "not running this cell" in str(info.value)
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_a_dead_rank_is_named_and_the_pool_restarts(tmp_path):
+    with mpinb.Pool(3) as pool:
+        pool.run("kept = 1")
+        began = time.monotonic()
+        with pytest.raises(mpinb.RankDiedError) as info:
+            pool.run("import os, time\nif rank == 1:\n    os._exit(3)\ntime.sleep(30)")
+        assert time.monotonic() - began < 10
+        message = str(info.value)
+        # Other ranks are killed by mpiexec within a millisecond; at worst they tie with rank 1.
+        assert ("rank 1 died" in message or "one of ranks 1" in message) and "variables are lost" in message
+        assert pool.running and pool.run("comm.allreduce(1)").value == {0: 3, 1: 3, 2: 3}
+        with pytest.raises(NameError):
+            pool.pull("kept")
+
+
+def test_a_rank_killed_by_a_signal(tmp_path):
+    with mpinb.Pool(2) as pool:
+        with pytest.raises(mpinb.RankDiedError, match=r"rank 0 died: killed by signal 9"):
+            pool.run("import os, signal\nif rank == 0:\n    os.kill(os.getpid(), signal.SIGKILL)\ncomm.Barrier()")
+        assert pool.run("comm.allreduce(1)").value == {0: 2, 1: 2}
+
+
+@pytest.mark.timeout(400)
+def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
+    before = len(pool_processes())
+    for cell in range(200):
+        if cell % 2:
+            with pytest.raises(mpinb.DeadlockError):
+                pool4.run(RING, timeout=0.8)
+        else:
+            assert pool4.run("comm.allreduce(rank)").value == {r: 6 for r in range(4)}
+    assert pool4.run("comm.allreduce(rank + 1)").value == {r: 10 for r in range(4)}
+    assert len(pool_processes()) == before
