@@ -19,6 +19,7 @@ import ipyparallel as ipp
 import mpinb
 from mpinb.launch import find_mpiexec
 
+from .hang import ipyparallel_figures, mpinb_figures
 from .render import first_paint, record_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     paint = first_paint(record_trace())
     rows.append(("space-time view of 100,000 calls, first paint (ms)",
                  paint["ms"], "target", 1000.0, 1000.0 / paint["ms"]))
+
+    ours, theirs = mpinb_figures(n), ipyparallel_figures(n)
+    rows.append(("ring deadlock: diagnosis shown after (s)", ours["diagnosis_s"], "target", 2.0,
+                 2.0 / ours["diagnosis_s"]))
+    never = theirs["control_back_s"] is None
+    rows.append(("ring deadlock: interrupt to control back (s)", ours["control_back_s"],
+                 "ipyparallel: never (gave up after 10 s)" if never else "ipyparallel, same cell",
+                 10.0 if never else theirs["control_back_s"],
+                 (10.0 if never else theirs["control_back_s"]) / ours["control_back_s"]))
+    rows.append(("ring deadlock: ranks left running after stop", 0, "ipyparallel stop_cluster",
+                 theirs["ranks_left_after_stop"], float("inf") if theirs["ranks_left_after_stop"] else 1.0))
 
     crowd = 4 * (os.cpu_count() or 1)
     alone = under_mpiexec(OVERSUBSCRIBED, 1)

@@ -148,3 +148,35 @@ def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
             assert pool4.run("comm.allreduce(rank)").value == {r: 6 for r in range(4)}
     assert pool4.run("comm.allreduce(rank + 1)").value == {r: 10 for r in range(4)}
     assert len(pool_processes()) == before
+
+
+@pytest.mark.timeout(120)
+def test_the_kernels_stop_button_interrupts_a_deadlocked_cell(existing_pools):
+    """The real path: a Jupyter kernel, the interrupt that JupyterLab's stop button sends."""
+    from jupyter_client.manager import start_new_kernel
+
+    from conftest import wait_until_gone
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        def run(code: str, timeout: float = 60) -> dict:
+            return client.execute_interactive(code, timeout=timeout, output_hook=lambda msg: None)
+
+        assert run("%load_ext mpinb")["content"]["status"] == "ok"
+        assert run("%%mpi -n 3\nx = rank")["content"]["status"] == "ok"
+        msg_id = client.execute("%%mpi\n" + RING)
+        time.sleep(2.0)
+        began = time.monotonic()
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert time.monotonic() - began < 3, "control is back within about 2 seconds"
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        follow = run("%%mpi\nv = comm.allreduce(x)")
+        assert follow["content"]["status"] == "ok"
+        check = run("values = %mpi pull v\nassert values == [3, 3, 3], values")
+        assert check["content"]["status"] == "ok"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert not wait_until_gone(15, existing_pools)

@@ -81,12 +81,21 @@ def polite_barrier(comm: MPI.Intracomm, pause: float = 0.002) -> None:
 def align_clock(comm: MPI.Intracomm, rounds: int = 20) -> float:
     """Estimate this rank's clock offset to rank 0 (Cristian's method, best of ``rounds``).
 
-    Collective over ``comm``. On one host all ranks share the monotonic clock and the estimate
-    is within a few microseconds of zero; across hosts it keeps message arrows pointing forward.
+    Collective over ``comm``. Ranks on rank 0's host share its monotonic clock, so their offset is
+    exactly zero (an estimate taken while ranks start on busy cores could be off by the round
+    trip); across hosts the estimate keeps message arrows pointing forward.
     """
+    import socket
+
     rank = comm.Get_rank()
+    hosts = comm.allgather(socket.gethostname())
+    if all(host == hosts[0] for host in hosts):
+        RECORDER.clock_offset = 0.0
+        return 0.0
     best_rtt, offset = float("inf"), 0.0
     for peer in range(1, comm.Get_size()):
+        if hosts[peer] == hosts[0]:
+            continue
         for _ in range(rounds):
             if rank == 0:
                 comm.recv(source=peer, tag=7)
@@ -99,5 +108,7 @@ def align_clock(comm: MPI.Intracomm, rounds: int = 20) -> float:
                 if arrived - sent < best_rtt:
                     best_rtt = arrived - sent
                     offset = remote - (sent + arrived) / 2
+    if hosts[rank] == hosts[0]:
+        offset = 0.0
     RECORDER.clock_offset = offset
     return offset
