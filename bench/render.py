@@ -25,7 +25,7 @@ import view from "./trace.js";
 const raw = await (await fetch("./state.json")).json();
 const decode = (b64) => { const s = atob(b64); const a = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return new DataView(a.buffer); };
-for (const key of ["events", "messages"]) for (const k in raw[key]) raw[key][k] = decode(raw[key][k]);
+for (const key of ["events", "messages", "collectives"]) for (const k in raw[key]) raw[key][k] = decode(raw[key][k]);
 const model = { get: (k) => raw[k], on() {}, set() {}, save_changes() {} };
 const began = performance.now();
 view.render({ model, el: document.getElementById("view") });
@@ -97,7 +97,7 @@ def _state(trace) -> dict:
     state = {name: getattr(view, name) for name in
              ("ranks", "ops", "files", "matrix_bytes", "matrix_count", "summary", "duration",
               "dropped", "expanded", "panel")}
-    for name in ("events", "messages"):
+    for name in ("events", "messages", "collectives"):
         state[name] = {k: base64.b64encode(v).decode() for k, v in getattr(view, name).items()}
     view.close()
     return state

@@ -260,3 +260,16 @@ def test_collectives_are_grouped_across_the_ranks_that_took_part(pool4):
     assert sorted(found[1:]) == [("allreduce", [0, 1]), ("allreduce", [2, 3]), ("bcast", [0, 1, 2, 3])]
     for c in res.trace.collectives():
         assert c["end"] >= c["start"]
+
+
+def test_buffer_sendrecv_pairs_with_its_partner(pool4):
+    res = pool4.run(
+        "buf = np.zeros(4)\n"
+        "comm.Sendrecv(np.full(4, float(rank)), dest=(rank + 1) % size, sendtag=3, recvbuf=buf,\n"
+        "              source=(rank - 1) % size, recvtag=3)\n"
+        "buf[0]"
+    )
+    assert res.value == {r: float((r - 1) % 4) for r in range(4)}
+    messages = res.trace.messages()
+    assert sorted((m["source"], m["dest"], m["tag"], m["bytes"]) for m in messages) == [
+        (r, (r + 1) % 4, 3, 32) for r in range(4)]

@@ -188,7 +188,7 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
     base = getattr(_Intracomm, name)
     status_at = 5 if replace else 6
     source_at, recvtag_at = (3, 4) if replace else (4, 5)
-    post = None if lowercase else getattr(_Intracomm, "Isendrecv_replace" if replace else "Isendrecv")
+    post = getattr(_Intracomm, "Isendrecv_replace") if replace else None
 
     def method(self, *args, **kwargs):
         rec = _rec
@@ -215,19 +215,33 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
                 result = box[-1][1]
             _poll_request(sending, None, _describer(self, name, "send", dest, tag, sent, where))
             received = rec.pickled_in - into
-        else:
+        elif replace:
             call_args = tuple(a for i, a in enumerate(args) if i != status_at)
             call_kwargs = {k: v for k, v in kwargs.items() if k != "status"}
             request = post(self, *call_args, **call_kwargs)
-            sent = _nbytes(_arg(args, kwargs, 0, "buf" if replace else "sendbuf"))
+            sent = _nbytes(_arg(args, kwargs, 0, "buf"))
             _poll_request(request, status, _describer(self, name, "recv", source, recvtag, sent, where))
+            received = status.Get_count(_BYTE)
+            result = None
+        else:
+            # A receive and a send posted side by side: their statuses are exact (MPICH's
+            # Isendrecv leaves a wrong tag in its status).
+            sendbuf, recvbuf = _arg(args, kwargs, 0, "sendbuf"), _arg(args, kwargs, 3, "recvbuf")
+            receiving = _Intracomm.Irecv(self, recvbuf, source, recvtag)
+            sending = _Intracomm.Isend(self, sendbuf, dest, tag)
+            sent = _nbytes(sendbuf)
+            both, statuses = [receiving, sending], [status, MPI.Status()]
+            _poll(lambda: _Request.Testall(both, statuses),
+                  _describer(self, name, "recv", source, recvtag, sent, where))
             received = status.Get_count(_BYTE)
             result = None
         if rec.on:
             end = _now()
             cid = self._mpinb_id
+            # MPICH's Isendrecv_replace leaves a wrong tag in its status; a requested one is exact.
+            got_tag = recvtag if replace and recvtag != MPI.ANY_TAG else status.Get_tag()
             rec.add((name, SEND, cid, dest, tag, sent, 0, start, end, end, *where))
-            rec.add((name, RECV, cid, status.Get_source(), status.Get_tag(), 0, received, start, end, end, *where))
+            rec.add((name, RECV, cid, status.Get_source(), got_tag, 0, received, start, end, end, *where))
         return result
 
     return _named(method, base)
