@@ -412,6 +412,8 @@ class Pool:
             while not pending.ready():
                 pending.wait(_POLL * 5)
                 tracker.poll(on_output)
+                if pending.ready():
+                    break
                 dead = self._dead_ranks(ranks)
                 if dead:
                     stop_reason = "died"
