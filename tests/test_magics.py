@@ -223,3 +223,18 @@ def test_trace_view_usage_errors(ip):
         ip.run_cell_magic("mpi", "--view wide", "pass")
     with pytest.raises(UsageError, match="%mpi trace"):
         ip.run_line_magic("mpi", "trace sideways")
+
+
+def test_a_deadlocked_cell_shows_its_diagnosis_in_the_output(ip, shown):
+    with pytest.raises(mpinb.DeadlockError):
+        ip.run_cell_magic("mpi", "--timeout 3", (
+            "comm.send([rank] * 500_000, dest=(rank + 1) % size)\n"
+            "comm.recv(source=(rank - 1) % size)\n"))
+    view = shown[-1]
+    assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in view.notice
+    assert "rank 0: send to rank 1" in view.notice and "at line 2" in view.notice
+    text, page = view._fallback()
+    assert "Wait-for cycle" in text and "Wait-for cycle" in page
+    assert view.state == ["interrupted"] * 4
+    ip.run_cell_magic("mpi", "", "after_deadlock = comm.allreduce(1)")
+    assert ip.run_line_magic("mpi", "pull after_deadlock") == [4] * 4

@@ -79,13 +79,16 @@ def _peer_world(comm, peer) -> int:
 
 
 def _describer(comm, op: str, kind: str, peer, tag, size: int, where: tuple[str, int], root=None):
-    def describe() -> dict:
-        return {"op": op, "kind": kind, "comm": comm._mpinb_id, "members": _rec.comms.get(comm._mpinb_id),
-                "peer": _peer_world(comm, peer) if peer is not None else None,
-                "any_source": peer == MPI.ANY_SOURCE, "tag": tag, "bytes": size,
-                "root": _peer_world(comm, root) if root is not None and root >= 0 else None,
-                "file": where[0], "line": where[1]}
-    return describe
+    """What a wait is for, built only if the wait lasts (``_waiting`` calls it after spinning)."""
+    return _describe, (comm, op, kind, peer, tag, size, where, root)
+
+
+def _describe(comm, op, kind, peer, tag, size, where, root) -> dict:
+    return {"op": op, "kind": kind, "comm": comm._mpinb_id, "members": _rec.comms.get(comm._mpinb_id),
+            "peer": _peer_world(comm, peer) if peer is not None else None,
+            "any_source": peer == MPI.ANY_SOURCE, "tag": tag, "bytes": size,
+            "root": _peer_world(comm, root) if root is not None and root >= 0 else None,
+            "file": where[0], "line": where[1]}
 
 
 def _named(method, base):
@@ -133,7 +136,9 @@ def _recv(name: str, lowercase: bool):
 
     def method(self, *args, **kwargs):
         rec = _rec
-        args, kwargs, status = _with_status(args, kwargs, 3)
+        status = _arg(args, kwargs, 3, "status")
+        if status is None:
+            status = MPI.Status()
         source = _arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = _arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         buf = _arg(args, kwargs, 0, "buf")

@@ -33,7 +33,8 @@ def publish(state: dict | None) -> None:
 
 
 def wait(test, describe) -> None:
-    """Call ``test()`` until it returns true; ``describe()`` gives the wait's description.
+    """Call ``test()`` until it returns true; ``describe`` gives the wait's description: a
+    callable, or a ``(function, args)`` pair so that nothing is built for waits that end at once.
 
     If an exception (the notebook's interrupt) breaks the wait, ``current`` keeps describing it.
     """
@@ -44,7 +45,7 @@ def wait(test, describe) -> None:
     while _now() - began < SPIN_SECONDS:
         if test():
             return
-    state = describe()
+    state = describe[0](*describe[1]) if isinstance(describe, tuple) else describe()
     state["since"] = time.time() - (_now() - began)
     current = state
     pause, reported = FIRST_PAUSE, 0.0
