@@ -1,0 +1,61 @@
+"""MPI micro-kernels shared by the benchmark scripts (imported from beside them, as under mpiexec).
+
+Each figure is the best of several repeats after a warm-up, the usual way to take noise out on a
+shared machine.
+"""
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+
+
+def best(fn, repeats=5):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        times.append(fn())
+    return min(times)
+
+
+def pingpong(rounds, nbytes=1, lowercase=False, repeats=5):
+    """Half round trip between ranks 0 and 1, in seconds."""
+    buf = np.zeros(nbytes, dtype=np.uint8)
+
+    def run():
+        start = time.perf_counter()
+        for _ in range(rounds):
+            if rank == 0:
+                if lowercase:
+                    comm.send(b"x", dest=1)
+                    comm.recv(source=1)
+                else:
+                    comm.Send(buf, dest=1)
+                    comm.Recv(buf, source=1)
+            elif rank == 1:
+                if lowercase:
+                    comm.recv(source=0)
+                    comm.send(b"x", dest=0)
+                else:
+                    comm.Recv(buf, source=0)
+                    comm.Send(buf, dest=0)
+        return (time.perf_counter() - start) / rounds / 2
+
+    return best(run, repeats)
+
+
+def allreduce(nbytes, rounds, repeats=5):
+    """Time of one Allreduce of ``nbytes`` over all ranks, in seconds."""
+    send, recv = np.ones(nbytes // 8), np.empty(nbytes // 8)
+
+    def run():
+        start = time.perf_counter()
+        for _ in range(rounds):
+            comm.Allreduce(send, recv)
+        return (time.perf_counter() - start) / rounds
+
+    return best(run, repeats)
