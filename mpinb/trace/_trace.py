@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, WAIT
+from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT
 from ._match import match_messages
 
 DTYPE = np.dtype([
@@ -153,9 +153,6 @@ class Trace:
             with open(path, "w") as handle:
                 json.dump(document, handle)
         return document
-
-    def kind_name(self, kind: int) -> str:
-        return KIND_NAMES[kind]
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
