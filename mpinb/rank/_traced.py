@@ -28,6 +28,8 @@ from ._waiting import wait_request as _poll_request
 
 _Intracomm = MPI.Intracomm
 _Request = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
+_iprobe = _Intracomm.iprobe
+_lower_recv = _Intracomm.recv
 _NAN = float("nan")
 _BYTE = MPI.BYTE
 
@@ -147,11 +149,10 @@ def _recv(name: str, lowercase: bool):
         before = rec.pickled_in
         start = _now()
         if lowercase and buf is None:
-            # A matched probe finds the message first, so its size is known when it is received.
-            found = []
-            _poll(lambda: found.append(_Intracomm.improbe(self, source, tag, status)) or found[-1] is not None,
-                  describe)
-            result = found[-1].recv(status)
+            # Wait until a matching message is there, then receive it: with one thread per rank
+            # the first message that matches is the one the probe saw.
+            _poll(lambda: _iprobe(self, source, tag, status), describe)
+            result = _lower_recv(self, None, source, tag, status)
         elif lowercase:
             request = _Intracomm.irecv(self, buf, source, tag)
             box = []
