@@ -273,3 +273,13 @@ def test_buffer_sendrecv_pairs_with_its_partner(pool4):
     messages = res.trace.messages()
     assert sorted((m["source"], m["dest"], m["tag"], m["bytes"]) for m in messages) == [
         (r, (r + 1) % 4, 3, 32) for r in range(4)]
+
+
+def test_testall_fills_in_wildcard_sources(pool4):
+    res = pool4.run(
+        "b = np.empty(2)\n"
+        "reqs = [comm.Irecv(b, source=MPI.ANY_SOURCE, tag=6), comm.Isend(np.ones(2), dest=(rank + 1) % size, tag=6)]\n"
+        "while not MPI.Request.Testall(reqs):\n"
+        "    pass\n"
+    )
+    assert sorted((m["source"], m["dest"]) for m in res.trace.messages()) == [(0, 1), (1, 2), (2, 3), (3, 0)]

@@ -554,15 +554,11 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Waitall(cls, requests, statuses=None):
         start, where = _now(), _where()
-        statuses = statuses if statuses is not None else []
-        while len(statuses) < len(requests):
-            statuses.append(MPI.Status())
+        statuses = _statuses_for(requests, statuses)
         originals = _originals(requests)
         _poll(lambda: _Request.Testall(originals, statuses), _many("Waitall", requests, where))
+        _done_all(requests, statuses)
         if _rec.on:
-            for request, status in zip(requests, statuses):
-                if type(request) is TracedRequest:
-                    request._done(status)
             _log_wait("Waitall", start, where)
         return True
 
@@ -584,20 +580,18 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     @classmethod
     def Testall(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
         flag = _Request.Testall(_originals(requests), statuses)
-        if flag and _rec.on:
-            for request in requests:
-                if type(request) is TracedRequest:
-                    request._done(MPI.Status())
+        if flag:
+            _done_all(requests, statuses)
         return flag
 
     @classmethod
     def testall(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
         flag, values = _Request.testall(_originals(requests), statuses)
-        if flag and _rec.on:
-            for request in requests:
-                if type(request) is TracedRequest:
-                    request._done(MPI.Status())
+        if flag:
+            _done_all(requests, statuses)
         return flag, values
 
     @classmethod
@@ -666,6 +660,22 @@ def _many(name: str, requests, where):
         return {"op": name, "kind": "wait", "comm": None, "members": None, "peer": None, "any_source": False,
                 "tag": -1, "bytes": 0, "root": None, "file": where[0], "line": where[1]}
     return describe
+
+
+def _statuses_for(requests, statuses) -> list:
+    """The caller's statuses, topped up so that every request's completion can be read."""
+    statuses = statuses if statuses is not None else []
+    while len(statuses) < len(requests):
+        statuses.append(MPI.Status())
+    return statuses
+
+
+def _done_all(requests, statuses) -> None:
+    """Fill in the events of the traced requests of a completed Waitall/Testall."""
+    if _rec.on:
+        for request, status in zip(requests, statuses):
+            if type(request) is TracedRequest:
+                request._done(status)
 
 
 def _done_at(requests, index, status) -> None:
