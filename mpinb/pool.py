@@ -414,7 +414,8 @@ class Pool:
                 tracker.poll(on_output)
                 if pending.ready():
                     break
-                dead = self._dead_ranks(ranks)
+                # Any rank's death ends the MPI job, targeted by this run or not.
+                dead = self._deaths.first() if self._deaths is not None else []
                 if dead:
                     stop_reason = "died"
                     break
@@ -486,12 +487,6 @@ class Pool:
                 "the ranks could not start a fresh MPI world after the aborted run "
                 f"({type(err).__name__}: {err}); run `%mpi restart` (Pool.restart())"
             ) from None
-
-    def _dead_ranks(self, ranks: list[int]) -> list[int]:
-        """The rank(s) whose process ended first, if any did (local pools)."""
-        if self._deaths is None:
-            return []
-        return self._deaths.first()
 
     def _after_death(self, dead: list[int]) -> RankDiedError:
         """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
