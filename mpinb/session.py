@@ -144,6 +144,7 @@ def run_script(
 def _shown(pool: Pool, targets: object, output: str, view: str, call) -> RunResult:
     """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
     then the message-flow views of its trace."""
+    global _last_trace
     if output not in OUTPUT_MODES:
         raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
     if view not in VIEW_MODES:
@@ -167,7 +168,6 @@ def _shown(pool: Pool, targets: object, output: str, view: str, call) -> RunResu
         live.finish(result, how)
         handle.update(live)
         if result is not None and result.trace is not None and len(result.trace):
-            global _last_trace
             _last_trace = result.trace
             if view != "none":
                 display(TraceView(result.trace, expanded=view == "full"))
