@@ -32,7 +32,8 @@ INTERRUPT_GRACE = 2.0
 # After one rank failed, how long the others get to finish before they are interrupted.
 RELEASE_AFTER = 0.3
 RESET_TIMEOUT = 10.0
-_POLL = 0.02
+_POLL = 0.01
+_HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
 _cell_numbers = itertools.count(1)
 _live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 
@@ -144,7 +145,7 @@ class Pool:
             profile="mpinb",
             cluster_id=f"mpinb-{os.getpid()}-{uuid.uuid4().hex[:8]}",
             controller_args=[
-                "--HeartMonitor.period=100",  # registration waits for a heartbeat: 3 s by default
+                f"--HeartMonitor.period={_HEARTBEAT_MS}",
                 "--IPController.broadcast_scheduler_depth=0",  # we use direct views only
                 "--log-level=WARN",
             ],
@@ -158,6 +159,10 @@ class Pool:
         if mpiexec:
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
             cluster.config.MPIEngineSetLauncher.mpi_args = list(settings.mpiexec_args)
+        # Our controller entry beats fast until every rank has registered (see its docstring).
+        controller = cluster.config.LocalControllerLauncher
+        controller.controller_cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "_controller_main.py")]
+        controller.environment = {"MPINB_EXPECTED_HEARTS": str(settings.n)}
         engine_main = os.path.join(os.path.dirname(__file__), "rank", "_engine_main.py")
         cluster.config[_launcher_config_name(launcher_class)].engine_cmd = [sys.executable, engine_main]
         for key, value in settings.launcher_options.items():
