@@ -3,13 +3,33 @@
 Run as a script (not ``-m``), so that nothing of mpinb is imported before the engine needs it.
 ipykernel imports its debugger (debugpy, about 90 ms of CPU) at start-up, although engines cannot
 be debugged; with four ranks starting on two cores that is time every rank waits for.
+
+Local ranks start together with the controller and wait for its connection file. ipyparallel
+looks for it every 100 ms; the file is the last thing start-up waits for, so we look every 5 ms.
 """
 
+import os
 import sys
+import time
 
 sys.modules.setdefault("debugpy", None)  # makes `import debugpy` fail fast: no debugger
 
-from ipyparallel.engine.app import main  # noqa: E402
+from ipyparallel.engine.app import IPEngine, main  # noqa: E402
+
+_FILE_POLL_S = 0.005
+_configured_init_engine = IPEngine.init_engine
+
+
+def _init_engine_briskly(self: IPEngine) -> None:
+    if not self.connection_info_env and self.wait_for_url_file:
+        self.find_connection_file()
+        deadline = time.monotonic() + self.wait_for_url_file
+        while not os.path.exists(self.url_file) and time.monotonic() < deadline:
+            time.sleep(_FILE_POLL_S)
+    _configured_init_engine(self)
+
+
+IPEngine.init_engine = _init_engine_briskly
 
 if __name__ == "__main__":
     sys.exit(main())
