@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "CellSyntaxError": ".errors",
+    "CheckResult": ".grading",
     "DeadlockError": ".errors",
     "MPIHangError": ".errors",
     "RankDiedError": ".errors",
@@ -24,6 +25,8 @@ _EXPORTS = {
     "RankFailure": ".result",
     "RunResult": ".result",
     "Trace": ".trace",
+    "check": ".grading",
+    "current_pool": ".session",
     "last_trace": ".session",
     "load_ipython_extension": ".magics",
     "unload_ipython_extension": ".magics",

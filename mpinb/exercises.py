@@ -1,0 +1,289 @@
+"""The tutorials' exercises: what each one calls on the ranks, the right answer, and the
+communication pattern a good solution has. :func:`mpinb.check.check` runs them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .trace import Trace
+
+Hints = list[str]
+
+
+def _no_pattern(trace: Trace, size: int) -> Hints:
+    return []
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    function: str  # what the student defines on every rank
+    call: str  # run on every rank; the value of its last expression is the rank's answer
+    verify: Callable[[dict[int, object], int], Hints]  # answers by rank, size -> hints
+    pattern: Callable[[Trace, int], Hints] = _no_pattern
+    hang_hint: str = "the ranks deadlocked: each waits for a message or a collective another never starts."
+    min_ranks: int = 2
+    ranks_multiple: int = 1
+
+
+def _compare(answers: dict[int, object], expected: Callable[[int], object], what: str) -> Hints:
+    for rank in sorted(answers):
+        got, want = answers[rank], expected(rank)
+        if not _equal(got, want):
+            return [f"rank {rank} returned {_short(got)} for {what}; expected {_short(want)}."]
+    return []
+
+
+def _equal(got: object, want: object) -> bool:
+    try:
+        return bool(np.allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float),
+                                rtol=1e-10, atol=1e-12))
+    except (TypeError, ValueError):
+        return False
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _collective_ops(trace: Trace) -> Counter:
+    return Counter(str(c["op"]) for c in trace.collectives() if c["op"] not in _CONSTRUCTORS)
+
+
+_CONSTRUCTORS = {"Dup", "Clone", "Split", "Split_type", "Create", "Create_group", "Create_cart", "Sub"}
+
+
+def _sent_by(trace: Trace) -> dict[int, list[dict]]:
+    by_rank: dict[int, list[dict]] = {}
+    for message in trace.messages():
+        by_rank.setdefault(message["source"], []).append(message)
+    return by_rank
+
+
+# -- 00 getting started ------------------------------------------------------------------------
+
+def _verify_parallel_sum(answers, size):
+    return _compare(answers, lambda r: sum(range(10_000)), "parallel_sum(10_000)")
+
+
+def _pattern_parallel_sum(trace, size):
+    if not _collective_ops(trace) and not trace.messages():
+        return ["no rank communicated: each rank computed the whole sum alone. Let each rank sum its "
+                "share (range(rank, n, size)) and combine the shares with comm.allreduce."]
+    if trace.messages() and not _collective_ops(trace):
+        return ["the shares were combined with point-to-point messages; one comm.allreduce does it "
+                "in a single call, and every rank gets the total."]
+    return []
+
+
+PARALLEL_SUM = Exercise(
+    "parallel_sum", "parallel_sum", "parallel_sum(10_000)",
+    _verify_parallel_sum, _pattern_parallel_sum)
+
+
+# -- 01 point-to-point ---------------------------------------------------------------------------
+
+_EXCHANGE_N = 200_000  # 1.6 MB: far beyond the eager limit, so a send waits for its receive
+
+
+def _verify_exchange(answers, size):
+    partner = lambda r: r ^ 1  # noqa: E731
+    return _compare(answers, lambda r: [float(partner(r)), _EXCHANGE_N],
+                    "[first element, length] of what exchange() received")
+
+
+def _pattern_exchange(trace, size):
+    for message in trace.messages():
+        if message["dest"] != message["source"] ^ 1:
+            return [f"rank {message['source']} sent to rank {message['dest']}; each rank should talk "
+                    "only to its partner rank ^ 1."]
+    counts = Counter(m["source"] for m in trace.messages())
+    extra = {r: c for r, c in counts.items() if c != 1}
+    if extra:
+        rank, count = next(iter(extra.items()))
+        return [f"rank {rank} sent {count} messages; one message per rank is enough."]
+    return []
+
+
+EXCHANGE = Exercise(
+    "exchange", "exchange",
+    f"_got = exchange(np.full({_EXCHANGE_N}, float(rank)))\n[float(_got[0]), len(_got)]",
+    _verify_exchange, _pattern_exchange,
+    hang_hint="the exchange deadlocked: both partners send first, and a large send waits for its "
+              "receive. Let even ranks send first and odd ranks receive first, or use comm.Sendrecv, "
+              "or Isend/Irecv and then wait.",
+    ranks_multiple=2)
+
+
+# -- 02 collectives ------------------------------------------------------------------------------
+
+_RING_CHUNK = 1000
+
+
+def _verify_ring(answers, size):
+    total = size * (size + 1) / 2
+    return _compare(answers, lambda r: np.arange(_RING_CHUNK * size, dtype=float) * total,
+                    "ring_allreduce(x)")
+
+
+def _pattern_ring(trace, size):
+    ops = _collective_ops(trace)
+    if ops:
+        return [f"it calls {', '.join(sorted(ops))}: build the allreduce from Sendrecv between "
+                "neighbours, not from a collective."]
+    sent = _sent_by(trace)
+    for rank in range(size):
+        mine = sent.get(rank, [])
+        wrong_peer = [m for m in mine if m["dest"] != (rank + 1) % size]
+        if wrong_peer:
+            return [f"rank {rank} sent to rank {wrong_peer[0]['dest']}; in a ring each rank sends only "
+                    f"to its right neighbour ({(rank + 1) % size})."]
+        if len(mine) != 2 * (size - 1):
+            return [f"rank {rank} sent {len(mine)} messages; a ring allreduce sends 2(p-1) = "
+                    f"{2 * (size - 1)}: p-1 steps of reduce-scatter, then p-1 of all-gather."]
+        chunk = _RING_CHUNK * 8
+        big = [m for m in mine if m["bytes"] > 2 * chunk]
+        if big:
+            return [f"rank {rank} sent {big[0]['bytes']} bytes in one message; each step should carry "
+                    f"one chunk of n/p elements ({chunk} bytes), which is what makes the ring cheap."]
+    return []
+
+
+RING_ALLREDUCE = Exercise(
+    "ring_allreduce", "ring_allreduce",
+    f"_x = np.arange({_RING_CHUNK} * size, dtype=float) * (rank + 1)\nring_allreduce(_x).tolist()",
+    _verify_ring, _pattern_ring,
+    hang_hint="the ring deadlocked: use comm.Sendrecv (send right, receive from the left in one call) "
+              "at every step, so that no rank waits for a neighbour that is also waiting.")
+
+
+# -- 03 nonblocking ------------------------------------------------------------------------------
+
+def _halo_expected(rank, size):
+    left, right = (rank - 1) % size, (rank + 1) % size
+    return [left * 10 + 3, rank * 10, rank * 10 + 1, rank * 10 + 2, rank * 10 + 3, right * 10]
+
+
+def _verify_halo(answers, size):
+    return _compare(answers, lambda r: _halo_expected(r, size), "halo_exchange(u)")
+
+
+def _pattern_halo(trace, size):
+    events = trace.events
+    blocking = sorted({str(op) for op in events["op"]} & {"Send", "Recv", "send", "recv", "Sendrecv", "sendrecv"})
+    if blocking:
+        return [f"it uses {', '.join(blocking)}; post Irecv and Isend for both neighbours first, then "
+                "wait for all four requests with MPI.Request.Waitall."]
+    for rank, mine in _sent_by(trace).items():
+        peers = sorted({m["dest"] for m in mine})
+        if peers != sorted({(rank - 1) % size, (rank + 1) % size}) or len(mine) != 2:
+            return [f"rank {rank} sent {len(mine)} messages to ranks {peers}; each rank sends one "
+                    "value to each of its two neighbours."]
+    return []
+
+
+HALO_EXCHANGE = Exercise(
+    "halo_exchange", "halo_exchange",
+    "_u = np.zeros(6)\n_u[1:-1] = rank * 10 + np.arange(4)\nhalo_exchange(_u).tolist()",
+    _verify_halo, _pattern_halo,
+    hang_hint="the halo exchange deadlocked: with nonblocking calls, post all receives and sends "
+              "first and wait afterwards.",
+    min_ranks=3)
+
+
+# -- 04 communicators ----------------------------------------------------------------------------
+
+def _grid_expected(rank, size):
+    cols = size // 2
+    row, col = divmod(rank, cols)
+    row_sum = sum(r + 1 for r in range(size) if r // cols == row)
+    col_sum = sum(r + 1 for r in range(size) if r % cols == col)
+    return [row_sum, col_sum]
+
+
+def _verify_grid(answers, size):
+    return _compare(answers, lambda r: _grid_expected(r, size), "grid_sums(rank + 1, rows=2)")
+
+
+def _pattern_grid(trace, size):
+    sub = [c for c in trace.collectives()
+           if c["op"] not in _CONSTRUCTORS and len(trace.comms.get(c["comm"], range(size))) < size]
+    if len(sub) < 2:
+        return ["split COMM_WORLD twice (color = row, then color = column) and reduce once on each "
+                "of the two smaller communicators."]
+    if trace.messages():
+        return ["point-to-point messages were sent; one allreduce on the row communicator and one on "
+                "the column communicator are all it takes."]
+    return []
+
+
+GRID_SUMS = Exercise(
+    "grid_sums", "grid_sums", "list(grid_sums(rank + 1, rows=2))",
+    _verify_grid, _pattern_grid, min_ranks=4, ranks_multiple=2)
+
+
+# -- 05 parallel algorithms ----------------------------------------------------------------------
+
+_PI_N = 100_000
+
+
+def _pi_serial(n):
+    x = (np.arange(n) + 0.5) / n
+    return float(np.sum(4.0 / (1.0 + x * x)) / n)
+
+
+def _verify_pi(answers, size):
+    return _compare(answers, lambda r: _pi_serial(_PI_N), f"parallel_pi({_PI_N})")
+
+
+def _pattern_pi(trace, size):
+    if trace.messages():
+        return ["the parts were combined with point-to-point messages; comm.allreduce combines them "
+                "in one call (in log p steps) and gives every rank the result."]
+    if not _collective_ops(trace):
+        return ["no communication happened: every rank computed all n intervals. Give each rank "
+                "every size-th interval, starting at its rank."]
+    return []
+
+
+PARALLEL_PI = Exercise(
+    "parallel_pi", "parallel_pi", f"parallel_pi({_PI_N})", _verify_pi, _pattern_pi)
+
+
+# -- 06 performance ------------------------------------------------------------------------------
+
+def _verify_pingpong(answers, size):
+    for rank in (0, 1):
+        value = answers.get(rank)
+        if not isinstance(value, float) or not 0 < value < 1:
+            return [f"rank {rank} returned {_short(value)}; pingpong should return the one-way time of "
+                    "one message in seconds (a positive float, well under a second)."]
+    return []
+
+
+def _pattern_pingpong(trace, size):
+    messages = trace.messages()
+    strangers = [m for m in messages if {m["source"], m["dest"]} != {0, 1}]
+    if strangers:
+        return [f"rank {strangers[0]['source']} sent to rank {strangers[0]['dest']}; only ranks 0 and "
+                "1 take part in a ping-pong."]
+    if len(messages) != 2 * 50:
+        return [f"{len(messages)} messages were sent; pingpong(1024, 50) makes 50 round trips: 100."]
+    sizes = {m["bytes"] for m in messages}
+    if sizes != {1024}:
+        return [f"messages of {sorted(sizes)} bytes were sent; send a buffer of exactly nbytes bytes "
+                "(np.zeros(nbytes, dtype=np.uint8) with Send/Recv)."]
+    return []
+
+
+PINGPONG = Exercise(
+    "pingpong", "pingpong", "pingpong(1024, 50)", _verify_pingpong, _pattern_pingpong)
+
+
+EXERCISES: dict[str, Exercise] = {e.name: e for e in (
+    PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG)}

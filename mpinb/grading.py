@@ -1,0 +1,93 @@
+"""Grading the tutorials' exercises on the ranks: the answer on every rank, then the messages
+that produced it (from the trace), with a specific hint for what is wrong."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+from .errors import MPIHangError
+from .exercises import EXERCISES, Exercise
+
+
+@dataclass
+class CheckResult:
+    """The verdict on one exercise: ``passed``, and ``hints`` saying what to fix when it did not."""
+
+    exercise: str
+    passed: bool
+    hints: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        if self.passed:
+            return f"✔ {self.exercise}: correct, on every rank and in how the ranks communicated."
+        lines = [f"✘ {self.exercise}: not yet."] + [f"  - {hint}" for hint in self.hints]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour, border = ("#e6f4ea", "#34a853") if self.passed else ("#fdecea", "#d93025")
+        head, *rest = str(self).splitlines()
+        items = "".join(f"<li>{html.escape(line.strip()[2:])}</li>" for line in rest)
+        body = f"<ul style='margin:4px 0'>{items}</ul>" if items else ""
+        return (f"<div style='background:{colour};border-left:4px solid {border};padding:6px 10px'>"
+                f"<b>{html.escape(head)}</b>{body}</div>")
+
+
+def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
+    """Run the named exercise's test on every rank of ``pool`` (the notebook's pool by default)
+    and grade the answers and the communication pattern."""
+    if exercise not in EXERCISES:
+        known = ", ".join(sorted(EXERCISES))
+        raise ValueError(f"unknown exercise {exercise!r}; the exercises are: {known}")
+    spec = EXERCISES[exercise]
+    if pool is None:
+        from .session import current_pool
+
+        pool = current_pool()
+    if pool is None or not pool.running:
+        raise RuntimeError("no pool is running: run a %%mpi cell (or mpinb.Pool(n).start()) first.")
+    size = pool.settings.n
+    if size < spec.min_ranks or size % spec.ranks_multiple:
+        need = f"a multiple of {spec.ranks_multiple}" if spec.ranks_multiple > 1 else f"at least {spec.min_ranks}"
+        return CheckResult(exercise, False, [f"this exercise needs {need} ranks; the pool has {size} "
+                                             f"(%mpi restart -n 4)."])
+    return _grade(spec, pool, size, timeout)
+
+
+def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
+    defined = pool.run(f"callable(globals().get({spec.function!r}))", trace=False).value
+    missing = [r for r, ok in defined.items() if not ok]
+    if missing:
+        return CheckResult(spec.name, False, [
+            f"`{spec.function}` is not defined on every rank (missing on ranks {_ranks(missing)}): "
+            f"define it in a %%mpi cell, so that every rank has it."])
+    try:
+        result = pool.run(spec.call, timeout=timeout, check=False)
+    except MPIHangError as hang:
+        return CheckResult(spec.name, False, [spec.hang_hint, "what mpinb saw: " + hang.diagnosis.text()])
+    if result.errors:
+        ranks, failure = result.error_groups()[0]
+        if failure.type == "NotImplementedError":
+            return CheckResult(spec.name, False, [
+                f"`{spec.function}` is not written yet (it raises NotImplementedError): write its "
+                "body in the %%mpi cell above, run that cell, then check again."])
+        return CheckResult(spec.name, False, [
+            f"`{spec.function}` raised {failure.headline()} on ranks {_ranks(ranks)}."])
+    hints = spec.verify(result.value, size)
+    if not hints and result.trace is not None:
+        hints = spec.pattern(result.trace, size)
+    return CheckResult(spec.name, not hints, hints)
+
+
+def _ranks(ranks: list[int]) -> str:
+    from ._ranges import format_ranks
+
+    return format_ranks(ranks)
+
+
+__all__ = ["CheckResult", "check"]

@@ -1,0 +1,88 @@
+"""mpinb.check grades the tutorials' exercises: solutions pass, typical mistakes get a specific hint."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import mpinb
+from mpinb.exercises import EXERCISES
+
+SOLUTIONS = os.path.join(os.path.dirname(__file__), "..", "notebooks", "solutions")
+
+
+def solution(name: str) -> str:
+    with open(os.path.join(SOLUTIONS, f"{name}.py")) as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_the_solution_passes(any_pool, name):
+    any_pool.run(solution(name))
+    verdict = mpinb.check(name, pool=any_pool)
+    if any_pool.settings.n == 1:
+        assert not verdict and "needs" in verdict.hints[0] and "ranks" in verdict.hints[0]
+    else:
+        assert verdict, str(verdict)
+        assert "correct" in str(verdict) and "✔" in verdict._repr_html_()
+
+
+WRONG = {
+    "parallel_sum": ("def parallel_sum(n):\n    return sum(range(n))", "no rank communicated"),
+    "exchange": (
+        "def exchange(data):\n    got = np.empty_like(data)\n"
+        "    comm.Send(data, dest=rank ^ 1)\n    comm.Recv(got, source=rank ^ 1)\n    return got",
+        "the exchange deadlocked",
+    ),
+    "ring_allreduce": ("def ring_allreduce(x):\n    return comm.allreduce(x)", "build the allreduce from Sendrecv"),
+    "halo_exchange": (
+        "def halo_exchange(u):\n    l, r = (rank - 1) % size, (rank + 1) % size\n"
+        "    comm.Sendrecv(u[-2:-1], dest=r, recvbuf=u[0:1], source=l)\n"
+        "    comm.Sendrecv(u[1:2], dest=l, recvbuf=u[-1:], source=r)\n    return u",
+        "it uses Sendrecv",
+    ),
+    "grid_sums": (
+        "def grid_sums(value, rows):\n    cols = size // rows\n    allv = comm.allgather(value)\n"
+        "    return (sum(v for i, v in enumerate(allv) if i // cols == rank // cols),\n"
+        "            sum(v for i, v in enumerate(allv) if i % cols == rank % cols))",
+        "split COMM_WORLD",
+    ),
+    "parallel_pi": (
+        "def parallel_pi(n):\n    x = (np.arange(n) + 0.5) / n\n    return float(np.sum(4 / (1 + x * x)) / n)",
+        "no communication happened",
+    ),
+    "pingpong": ("def pingpong(nbytes, repeats):\n    return 0.0", "positive float"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_typical_mistake_gets_a_specific_hint(pool4, name):
+    code, hint = WRONG[name]
+    pool4.run(code)
+    verdict = mpinb.check(name, pool=pool4, timeout=3)
+    assert not verdict
+    assert hint in str(verdict), str(verdict)
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}, "the pool survives the check"
+
+
+def test_wrong_answers_and_wrong_patterns_are_told_apart(pool4):
+    pool4.run("def parallel_sum(n):\n    return sum(range(rank, n, size))")
+    assert "rank 0 returned" in str(mpinb.check("parallel_sum", pool=pool4))
+    whole_array_ring = (
+        "def ring_allreduce(x):\n    acc, cur = x.copy(), x.copy()\n    for _ in range(size - 1):\n"
+        "        got = np.empty_like(cur)\n"
+        "        comm.Sendrecv(cur, dest=(rank + 1) % size, recvbuf=got, source=(rank - 1) % size)\n"
+        "        acc += got\n        cur = got\n    return acc"
+    )
+    pool4.run(whole_array_ring)
+    assert "sent 3 messages; a ring allreduce sends 2(p-1) = 6" in str(mpinb.check("ring_allreduce", pool=pool4))
+
+
+def test_unwritten_and_undefined_functions_and_unknown_names(pool4):
+    pool4.run("def parallel_pi(n):\n    raise NotImplementedError")
+    assert "not written yet" in str(mpinb.check("parallel_pi", pool=pool4))
+    pool4.run("globals().pop('pingpong', None)")
+    assert "`pingpong` is not defined on every rank" in str(mpinb.check("pingpong", pool=pool4))
+    with pytest.raises(ValueError, match="unknown exercise 'ring'; the exercises are: exchange"):
+        mpinb.check("ring", pool=pool4)
