@@ -5,9 +5,11 @@ ipykernel imports its debugger (debugpy, about 90 ms of CPU) at start-up, althou
 be debugged; with four ranks starting on two cores that is time every rank waits for.
 
 Local ranks start together with the controller and wait for its connection file. ipyparallel
-looks for it every 100 ms; the file is the last thing start-up waits for, so we look every 5 ms.
+looks for it every 100 ms; the file is the last thing start-up waits for, so we look every 5 ms,
+and read it only once it holds complete JSON (the controller does not write it atomically).
 """
 
+import json
 import os
 import sys
 import time
@@ -24,9 +26,19 @@ def _init_engine_briskly(self: IPEngine) -> None:
     if not self.connection_info_env and self.wait_for_url_file:
         self.find_connection_file()
         deadline = time.monotonic() + self.wait_for_url_file
-        while not os.path.exists(self.url_file) and time.monotonic() < deadline:
+        while not _written(self.url_file) and time.monotonic() < deadline:
             time.sleep(_FILE_POLL_S)
     _configured_init_engine(self)
+
+
+def _written(path: str) -> bool:
+    """The controller writes its file in place: seen too early, it is empty or cut short."""
+    try:
+        with open(path) as handle:
+            json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 IPEngine.init_engine = _init_engine_briskly
