@@ -100,13 +100,23 @@ def tracing_cost() -> list[tuple]:
     rows.append(("traced 8 MB Send/Recv (GB/s)", bandwidth_on, "tracing off", bandwidth_off, bandwidth_on / bandwidth_off))
     reduce_on, reduce_off = min(r["allreduce_1mb_ms"] for r in on), min(r["allreduce_1mb_ms"] for r in off)
     rows.append(("traced 1 MB Allreduce (ms)", reduce_on, "tracing off", reduce_off, reduce_off / reduce_on))
+    # Two ranks per core: a traced wait that spun without yielding once made this 100x slower.
+    crowd = 2 * (os.cpu_count() or 1)
+    on, off = [], []
+    with mpinb.Pool(crowd) as pool:
+        for _ in range(3):
+            on.append(json.loads(pool.run_file(TRACE_KERNELS, trace=True).stdout[0].splitlines()[-1]))
+            off.append(json.loads(pool.run_file(TRACE_KERNELS, trace=False).stdout[0].splitlines()[-1]))
+    small_on, small_off = min(r["allreduce_16kb_ms"] for r in on), min(r["allreduce_16kb_ms"] for r in off)
+    rows.append((f"traced 16 kB Allreduce, {crowd} ranks on {crowd // 2} cores (ms)", small_on, "tracing off",
+                 small_off, small_off / small_on))
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, help="pool starts per tool (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     n = args.n

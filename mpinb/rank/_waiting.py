@@ -9,15 +9,18 @@ the status channel (ipyparallel's data messages), so the notebook can diagnose d
 
 from __future__ import annotations
 
+import os
 import time
 
 SPIN_SECONDS = 0.01     # pure polling first: large transfers need MPI progress calls
 FIRST_PAUSE = 50e-6     # then sleep, doubling up to
 LONGEST_PAUSE = 0.002   # which bounds both the added latency and the reaction to a signal
+POLLS_BEFORE_YIELD = 32  # MPICH's own blocking waits yield too (MPIR_CVAR_POLLS_BEFORE_YIELD)
 REPORT_AFTER = 0.3      # publish the wait on the status channel once it lasted this long
 REPORT_EVERY = 0.5
 
 _now = time.perf_counter
+_yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 # What this rank is waiting for right now (None when it is not in a traced MPI wait).
 current: dict | None = None
@@ -42,9 +45,13 @@ def wait(test, describe) -> None:
         return
     global current
     began = _now()
+    polls = 0
     while _now() - began < SPIN_SECONDS:
         if test():
             return
+        polls += 1
+        if polls % POLLS_BEFORE_YIELD == 0:
+            _yield_cpu()  # with more ranks than cores, the rank we wait for may need this core
     state = describe[0](*describe[1]) if isinstance(describe, tuple) else describe()
     state["since"] = time.time() - (_now() - began)
     current = state
