@@ -1,0 +1,43 @@
+"""What the distributed-training tutorials share: a numpy MLP with its own backward pass, the
+digits data, gradient allreduces (ring, bucketed), tensor-parallel layers and pipeline schedules.
+
+Plain numpy and mpi4py, float64 throughout, so that every parallel result can be compared with a
+serial run to the last bits.
+"""
+
+from ._allreduce import bucketed_allreduce, per_tensor_allreduce, ring_allreduce
+from ._data import global_batches, load_digits_data, shard
+from ._mlp import (
+    accuracy,
+    init_mlp,
+    layer_backward,
+    layer_forward,
+    loss_and_grads,
+    loss_grad,
+    sgd_step,
+)
+from ._pipeline import bubble_fraction, gpipe_schedule, one_f_one_b_schedule, peak_activations, run_pipeline
+from ._tensor import tensor_parallel_loss_and_grads, split_for_tensor_parallel
+
+__all__ = [
+    "accuracy",
+    "bubble_fraction",
+    "bucketed_allreduce",
+    "global_batches",
+    "gpipe_schedule",
+    "init_mlp",
+    "layer_backward",
+    "layer_forward",
+    "load_digits_data",
+    "loss_and_grads",
+    "loss_grad",
+    "one_f_one_b_schedule",
+    "peak_activations",
+    "per_tensor_allreduce",
+    "ring_allreduce",
+    "run_pipeline",
+    "sgd_step",
+    "shard",
+    "split_for_tensor_parallel",
+    "tensor_parallel_loss_and_grads",
+]
