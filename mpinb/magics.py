@@ -10,10 +10,10 @@ import re
 import shlex
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
 from . import session
-from .errors import PoolError
+from .errors import PoolError, PoolStartError
 
 _USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
@@ -79,8 +79,15 @@ def _cell_parser() -> _Parser:
 def _start_parser(name: str) -> _Parser:
     parser = _Parser(prog=f"%mpi {name}", description=f"{name.capitalize()} the pool of MPI ranks.")
     _add_size(parser)
-    parser.add_argument("--launcher", default="mpi", help="mpi (default), slurm, pbs, ssh, ...")
+    parser.add_argument("--launcher", default="mpi",
+                        help="mpi (default: mpiexec here), srun (inside a Slurm allocation), slurm, pbs, ssh, ...")
     parser.add_argument("--mpiexec", help="path of the mpiexec to use")
+    parser.add_argument("--hosts", metavar="H1,H2", help="hosts for mpiexec (MPICH -hosts, Open MPI --host)")
+    parser.add_argument("--hostfile", metavar="FILE", help="hostfile for mpiexec (MPICH -f, Open MPI --hostfile)")
+    batch = parser.add_argument_group("batch systems (--launcher slurm, pbs, ...)")
+    batch.add_argument("--partition", help="partition (queue) to submit to")
+    batch.add_argument("--time", help="time limit, e.g. 1:00:00")
+    batch.add_argument("--account", help="account to charge")
     parser.add_argument("mpiexec_args", nargs="*", help="after --: extra arguments for mpiexec")
     return parser
 
@@ -95,7 +102,8 @@ def _run_parser() -> _Parser:
 
 
 LINE_USAGE = """\
-%mpi start [-n N] [--launcher NAME] [-- mpiexec args]   start the pool
+%mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--partition P --time T --account A] [-- mpiexec args]
+                                                        start the pool
 %mpi stop | restart [-n N] | status                     manage it
 %mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
 %mpi push NAME [NAME ...]                               copy notebook variables to every rank
@@ -146,8 +154,12 @@ class MPIMagics(Magics):
                 cut = argv.index("--")
                 argv, extra = argv[:cut], argv[cut + 1:]
             args = _start_parser(word).parse_args(argv)
-            options = {"launcher": args.launcher, "mpiexec": args.mpiexec,
-                       "mpiexec_args": args.mpiexec_args + extra}
+            try:
+                options = session.launch_options(args.launcher, args.mpiexec, args.mpiexec_args + extra,
+                                                 hosts=args.hosts, hostfile=args.hostfile, partition=args.partition,
+                                                 time=args.time, account=args.account)
+            except (ValueError, PoolStartError) as err:
+                raise UsageError(str(err)) from None
             if word == "start":
                 session.start_pool(args.n, **options)
             else:
@@ -197,6 +209,19 @@ class MPIMagics(Magics):
             return _require_pool().pull(argv[0])
         raise UsageError(LINE_USAGE)
 
+    @cell_magic
+    def local(self, line: str, cell: str) -> None:
+        """``%%local``: run this cell in the notebook's own process, not on the ranks (for the
+        MPI kernel and ``%autompi``, where cells run on the ranks by default)."""
+        if line.strip():
+            raise UsageError("%%local takes no arguments")
+        parallel = _autompi_enabled(self.shell)
+        _set_autompi(self.shell, False)  # the nested run must not send the cell to the ranks
+        try:
+            self.shell.run_cell(cell, store_history=False)
+        finally:
+            _set_autompi(self.shell, parallel)
+
     @line_magic
     def autompi(self, line: str) -> None:
         """``%autompi`` [on|off]: run every following cell on the pool, until ``%autompi off``."""
@@ -222,9 +247,18 @@ def _require_pool():
 
 
 def _autompi_transformer(lines: list[str]) -> list[str]:
-    """Prefix ``%%mpi`` to a cell unless it starts with a magic (so ``%autompi off`` still works)."""
-    first = next((line for line in lines if line.strip()), "")
-    if not first or first.lstrip().startswith("%"):
+    """Prefix ``%%mpi`` to a cell unless it starts with a magic (so ``%autompi off`` still works).
+
+    A ``%%local`` cell loses that line and runs here as an ordinary cell: its errors fail the
+    cell and its last value is shown, as in any cell (a nested run would swallow both).
+    """
+    index = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if index is None:
+        return lines
+    first = lines[index].strip()
+    if first == "%%local":
+        return ["\n"] * index + ["\n"] + lines[index + 1:]  # blank lines keep line numbers right
+    if first.startswith("%"):
         return lines
     return ["%%mpi --first-line 1\n", *lines]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import glob
 import itertools
 import os
 import signal
@@ -23,7 +24,7 @@ from ._streams import OutputCallback, StreamTracker
 from ._values import unpack
 from .errors import DeadlockError, MPIHangError, PoolError, PoolStartError, RankDiedError
 from .hang import HangWatch, death_report
-from .launch import LaunchSettings, find_mpiexec, rank_environment
+from .launch import ALLOCATION_LAUNCHER, LaunchSettings, allocation_srun, find_mpiexec, rank_environment
 from .result import RankFailure, RunResult
 from .trace import Trace
 
@@ -65,7 +66,7 @@ class Pool:
         launcher_options: Mapping[str, object] | None = None,
     ):
         if n is None:
-            n = os.cpu_count() or 1
+            n = default_size()
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be a whole number of ranks, not {n!r}")
         if n < 1:
@@ -134,9 +135,18 @@ class Pool:
         if settings.local:
             mpiexec = find_mpiexec(settings.mpiexec)
             launcher_class = "mpi"
+        elif settings.launcher == ALLOCATION_LAUNCHER:
+            mpiexec = allocation_srun()
+            launcher_class = "mpi"
         else:
             mpiexec = None
             launcher_class = settings.launcher
+        if not settings.local:
+            # Ranks elsewhere must reach the controller: listen on every interface and tell them
+            # this host's name; ipyparallel signs every message with the session key.
+            engine_args.append("--mpi")  # engine id = MPI rank, as with the local launcher
+            cluster_kw["controller_ip"] = "*"
+            cluster_kw["controller_location"] = socket.getfqdn()
         if self.controller_ip:
             cluster_kw["controller_ip"] = self.controller_ip
         cluster = ipp.Cluster(
@@ -237,6 +247,9 @@ class Pool:
         for engine_set in cluster.engines.values():
             if _has_exited(engine_set):
                 return "the MPI launcher exited before all ranks came up."
+            ended = _batch_job_ended(engine_set)
+            if ended:
+                return ended
         return None
 
     def _startup_report(self, err: BaseException) -> str:
@@ -300,10 +313,13 @@ class Pool:
             for launcher in [cluster.controller, *cluster.engines.values()]:
                 if launcher is not None and getattr(launcher, "stop_seconds_until_kill", None):
                     launcher.stop_seconds_until_kill = 1
+            jobs = _slurm_jobs(cluster)
             try:
                 cluster.stop_cluster_sync()
             except Exception:  # noqa: BLE001 - the process sweep below still runs
                 pass
+            _wait_for_slurm_jobs(jobs)
+            _remove_leftover_files(cluster)
         _, alive = psutil.wait_procs(tree, timeout=1.0)
         for proc in alive:
             try:
@@ -606,6 +622,18 @@ class Pool:
 
     # -- status -------------------------------------------------------------------------------
 
+    def call(self, function, *args, rank: int = 0, timeout: float = 5.0):
+        """``function(*args)`` on one rank, outside any cell (no output capture, no trace).
+
+        For quick questions to an idle rank, such as completions; ``function`` must be importable
+        on the ranks. Raises ``TimeoutError`` if the rank does not answer within ``timeout`` s
+        (it is busy running a cell).
+        """
+        self._require_running()
+        if rank not in self._engine_of:
+            raise ValueError(f"rank {rank} is not in this pool of {self.size} ranks")
+        return self._client[self._engine_of[rank]].apply_async(function, *args).get(timeout=timeout)
+
     def status(self) -> list[dict]:
         """One row per rank: rank, host, pid, state (idle/busy), CPU % and memory (MB) when local."""
         self._require_running()
@@ -645,6 +673,16 @@ def _check_name(name: object) -> None:
         raise ValueError(f"{name!r} is not a valid Python variable name")
 
 
+def default_size() -> int:
+    """``$MPINB_RANKS`` (set by the MPI kernel's spec, or by hand), else the number of cores."""
+    value = os.environ.get("MPINB_RANKS", "").strip()
+    if not value:
+        return os.cpu_count() or 1
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"MPINB_RANKS must be a whole number of ranks (at least 1), not {value!r}")
+    return int(value)
+
+
 def _launcher_config_name(launcher: str) -> str:
     from ipyparallel.cluster.launcher import find_launcher_class
 
@@ -660,6 +698,64 @@ def _has_exited(launcher) -> bool:
         except psutil.NoSuchProcess:
             return True
     return launcher.state == "after"
+
+
+def _remove_leftover_files(cluster) -> None:
+    """The controller's engine-state file and the launchers' logs: ipyparallel leaves them in
+    the profile's log folder after every cluster (hundreds after a day of restarts)."""
+    pattern = os.path.join(cluster.profile_dir, "log", f"*{cluster.cluster_id}*")
+    for path in glob.glob(pattern):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _batch_job_ended(launcher) -> str | None:
+    """For a Slurm job: why it ended before its ranks registered (ipyparallel would wait out its
+    whole timeout), with the job's output; ``None`` while it is queued or running."""
+    job = getattr(launcher, "job_id", None)
+    if not job or not type(launcher).__name__.startswith("Slurm"):
+        return None
+    now = time.monotonic()
+    if now - getattr(launcher, "_mpinb_checked", 0.0) < 1.0:
+        return None
+    launcher._mpinb_checked = now
+    if _slurm_job_state(job) != "":
+        return None  # pending, running, or squeue could not tell
+    output = ""
+    path = os.path.join(getattr(launcher, "work_dir", "") or ".", f"slurm-{job}.out")
+    try:
+        with open(path, errors="replace") as handle:
+            output = "\n".join(handle.read().strip().splitlines()[-20:])
+    except OSError:
+        pass
+    text = f"the Slurm job {job} that was to run the ranks ended before they came up."
+    return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
+
+
+def _slurm_job_state(job: str) -> str | None:
+    """The job's state as squeue shows it, ``""`` once it left the queue, ``None`` if unknown."""
+    try:
+        queued = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if queued.returncode != 0:
+        return "" if "Invalid job id" in queued.stderr else None
+    return queued.stdout.strip()
+
+
+def _slurm_jobs(cluster) -> list[str]:
+    return [launcher.job_id for launcher in cluster.engines.values()
+            if getattr(launcher, "job_id", None) and type(launcher).__name__.startswith("Slurm")]
+
+
+def _wait_for_slurm_jobs(jobs: list[str], seconds: float = 15.0) -> None:
+    """scancel returns before the job ends: wait, so that a stopped pool has no job left."""
+    deadline = time.monotonic() + seconds
+    for job in jobs:
+        while _slurm_job_state(job) not in ("", None) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def _launcher_output(launcher) -> str:

@@ -1,0 +1,81 @@
+"""The MPI kernel: an IPython kernel in which every cell runs on the pool (as if it began with
+``%%mpi``), ``%%local`` runs a cell in the kernel's own process, and the ``%mpi`` magics manage
+the pool. The pool starts with the kernel (``$MPINB_RANKS`` ranks, from the kernelspec) and stops
+with it. Tab completion and Shift-Tab inspection look into rank 0's namespace.
+
+Run as ``python -m mpinb.kernel -f CONNECTION_FILE`` (what the kernelspec in ``kernel/`` does).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
+
+from . import __version__, session
+from .magics import _set_autompi
+from .rank import _introspect
+
+ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
+
+
+class MPIKernel(IPythonKernel):
+    implementation = "mpinb"
+    implementation_version = __version__
+    banner = "mpinb: every cell runs on the MPI ranks; %%local runs one here; %mpi manages the pool"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.shell.run_line_magic("load_ext", "mpinb")
+        _set_autompi(self.shell, True)
+        try:
+            session.start_pool(quiet=True)
+        except Exception as err:  # noqa: BLE001 - the first cell retries and shows the full error
+            print(f"mpinb: the pool did not start ({err}); the first cell will try again",
+                  file=sys.__stderr__)
+
+    def _runs_on_ranks(self, code: str) -> bool:
+        first = next((line for line in code.splitlines() if line.strip()), "")
+        return not first.lstrip().startswith("%") and session.current_pool() is not None
+
+    def do_complete(self, code, cursor_pos):
+        if cursor_pos is None:
+            cursor_pos = len(code)
+        if not self._runs_on_ranks(code):
+            return super().do_complete(code, cursor_pos)
+        line, offset = line_at_cursor(code, cursor_pos)
+        try:
+            text, matches = session.current_pool().call(_introspect.complete, line, cursor_pos - offset,
+                                                        timeout=ANSWER_WITHIN_S)
+        except Exception:  # noqa: BLE001 - a busy or broken pool: no completions, not an error
+            text, matches = "", []
+        return {"matches": list(matches), "cursor_end": cursor_pos, "cursor_start": cursor_pos - len(text),
+                "metadata": {}, "status": "ok"}
+
+    def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):
+        if not self._runs_on_ranks(code):
+            return super().do_inspect(code, cursor_pos, detail_level, omit_sections)
+        name = token_at_cursor(code, cursor_pos)
+        try:
+            bundle = session.current_pool().call(_introspect.inspect, name, detail_level, timeout=ANSWER_WITHIN_S)
+        except Exception:  # noqa: BLE001
+            bundle = None
+        if not bundle:
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        if not self.shell.enable_html_pager:
+            bundle.pop("text/html", None)
+        return {"status": "ok", "found": True, "data": bundle, "metadata": {}}
+
+    def do_shutdown(self, restart):
+        session.stop_pool()
+        return super().do_shutdown(restart)
+
+
+def main() -> None:
+    IPKernelApp.launch_instance(kernel_class=MPIKernel)
+
+
+if __name__ == "__main__":
+    main()
