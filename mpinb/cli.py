@@ -1,0 +1,122 @@
+"""The ``mpinb`` command: ``lab``, ``run``, ``doctor``, ``bench`` and ``kernel install``.
+
+Exit codes: 0 success; 1 the work failed (a notebook cell, a doctor check, the benchmarks);
+2 bad arguments or input (argparse's own convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"mpinb {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpinb", description="A Jupyter environment for MPI.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    lab = commands.add_parser("lab", help="open JupyterLab on the tutorials")
+    lab.add_argument("directory", nargs="?", help="folder to open (default: the tutorials)")
+    lab.set_defaults(handler=_lab)
+
+    run = commands.add_parser("run", help="execute a notebook headless; exit 1 at the first failing cell")
+    run.add_argument("notebook", help="the .ipynb to execute")
+    run.add_argument("-n", type=_positive, metavar="N", help="ranks for the pool (default: $MPINB_RANKS or cores)")
+    run.add_argument("-o", "--output", metavar="OUT.ipynb", help="write the executed notebook here")
+    run.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per cell (default 600)")
+    run.set_defaults(handler=_run)
+
+    doctor = commands.add_parser("doctor", help="check the MPI installation end to end")
+    doctor.add_argument("-n", type=_positive, default=4, metavar="N", help="ranks for the tests (default 4)")
+    doctor.set_defaults(handler=_doctor)
+
+    bench = commands.add_parser("bench", help="the benchmark table (python -m bench), from a source checkout")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to python -m bench (e.g. --json F)")
+    bench.set_defaults(handler=_bench)
+
+    kernel = commands.add_parser("kernel", help="the MPI kernel")
+    actions = kernel.add_subparsers(dest="action", metavar="ACTION", required=True)
+    install = actions.add_parser("install", help="install the 'Python (MPI, mpinb)' kernel")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only (~/.local/share/jupyter)")
+    where.add_argument("--sys-prefix", action="store_true", help="in this Python environment")
+    where.add_argument("--prefix", metavar="DIR", help="under DIR/share/jupyter")
+    install.add_argument("-n", type=_positive, metavar="N", help="ranks of the kernel's pool (default 4)")
+    install.set_defaults(handler=_kernel_install)
+    return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of ranks (at least 1), got {text!r}")
+    return int(text)
+
+
+def _lab(args) -> int:
+    directory = args.directory or _tutorials()
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no folder {directory!r}")
+    command = [sys.executable, "-m", "jupyter", "lab"]
+    first = os.path.join(directory, "00-getting-started.ipynb")
+    if os.path.isfile(first):
+        command.append("00-getting-started.ipynb")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    return subprocess.call(command, cwd=directory)
+
+
+def _tutorials() -> str:
+    checkout = os.path.join(_SOURCE_ROOT, "notebooks")
+    return checkout if os.path.isdir(checkout) else os.getcwd()
+
+
+def _run(args) -> int:
+    from .headless import run_notebook
+
+    result = run_notebook(args.notebook, ranks=args.n, output=args.output, timeout=args.timeout)
+    if result.ok:
+        print(f"mpinb run: {args.notebook}: all {result.cells_run} code cells ran without error")
+        return 0
+    print(f"mpinb run: {args.notebook}: cell {result.failed_cell} failed\n\n{result.error}", file=sys.stderr)
+    return 1
+
+
+def _doctor(args) -> int:
+    from .doctor import diagnose
+
+    return 1 if diagnose(args.n).problems else 0
+
+
+def _bench(args) -> int:
+    if not os.path.isfile(os.path.join(_SOURCE_ROOT, "bench", "__main__.py")):
+        raise FileNotFoundError("the benchmarks (bench/) come with the source checkout, not the installed package")
+    return subprocess.call([sys.executable, "-m", "bench", *args.bench_args], cwd=_SOURCE_ROOT)
+
+
+def _kernel_install(args) -> int:
+    from .kernelspec import install
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    path = install(user=args.user, prefix=prefix, ranks=args.n)
+    print(f"mpinb kernel install: 'Python (MPI, mpinb)' installed in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

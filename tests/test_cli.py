@@ -1,0 +1,106 @@
+"""The `mpinb` command: run (passing and failing notebooks, both kinds), doctor, kernel install,
+help and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import wait_until_gone
+
+
+def mpinb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    script = os.path.join(os.path.dirname(sys.executable), "mpinb")  # the installed entry point
+    return subprocess.run([script, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def notebook(path, cells: list[str], kernel: str = "python3") -> str:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
+    nbformat.write(nb, str(path))
+    return str(path)
+
+
+def test_run_passes_a_magics_notebook_and_writes_the_output(tmp_path, existing_pools):
+    source = notebook(tmp_path / "ok.ipynb", ["%load_ext mpinb", "%%mpi\nx = rank + 1", "x = %mpi pull x\nassert x == [1, 2]"])
+    done = mpinb("run", source, "-n", "2", "-o", str(tmp_path / "out.ipynb"))
+    assert done.returncode == 0, done.stderr
+    assert "all 3 code cells ran without error" in done.stdout
+    executed = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    assert all(cell.execution_count for cell in executed.cells)
+    assert not wait_until_gone(10, existing_pools)
+
+
+def test_run_stops_at_the_first_failing_cell_with_the_per_rank_error(tmp_path, existing_pools):
+    source = notebook(tmp_path / "bad.ipynb", [
+        "%load_ext mpinb", "%%mpi -n 3\nx = 1 / (rank - 1)", "print('never reached')"])
+    done = mpinb("run", source)
+    assert done.returncode == 1
+    assert "cell 2 failed" in done.stderr and "ZeroDivisionError" in done.stderr and "rank 1" in done.stderr
+    assert "never reached" not in done.stdout + done.stderr
+    assert not wait_until_gone(10, existing_pools)
+
+
+def test_run_executes_a_notebook_written_for_the_mpi_kernel(tmp_path, existing_pools):
+    source = notebook(tmp_path / "kernel.ipynb", [
+        "y = rank * rank", "%%local\nimport mpinb\nassert mpinb.current_pool().pull('y') == [0, 1, 4]"], kernel="mpinb")
+    done = mpinb("run", source, "-n", "3")
+    assert done.returncode == 0, done.stderr
+    failing = notebook(tmp_path / "kernel-bad.ipynb", ["%%local\nassert False, 'checked here'"], kernel="mpinb")
+    done = mpinb("run", failing, "-n", "2")
+    assert done.returncode == 1 and "AssertionError: checked here" in done.stderr
+    assert not wait_until_gone(10, existing_pools)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "missing.ipynb"], "no notebook at 'missing.ipynb'"),
+    (["run", "x.ipynb", "-n", "0"], "expected a whole number of ranks (at least 1), got '0'"),
+    (["doctor", "-n", "two"], "got 'two'"),
+    (["kernel"], "the following arguments are required: ACTION"),
+    (["launch"], "invalid choice: 'launch'"),
+])
+def test_bad_arguments_exit_2_with_a_clear_message(args, message):
+    done = mpinb(*args, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_help_for_every_command():
+    for args in ([], ["run"], ["doctor"], ["lab"], ["bench"], ["kernel", "install"]):
+        done = mpinb(*args, "--help", timeout=60)
+        assert done.returncode == 0 and "usage: mpinb" in done.stdout
+
+
+def test_doctor_checks_this_machine(existing_pools):
+    done = mpinb("doctor", "-n", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for expected in ("mpi4py 4", "MPICH", "mpiexec:", "ring test: 2 ranks passed", "ping-pong (2 ranks): latency",
+                     "mpinb pool: 2 ranks ready", "no problems found"):
+        assert expected in done.stdout, done.stdout
+    assert not wait_until_gone(10, existing_pools)
+
+
+def test_doctor_names_a_broken_mpiexec_and_what_to_do(tmp_path):
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'mpiexec: cannot connect to the process manager' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "MPINB_MPIEXEC": str(fake)}
+    script = os.path.join(os.path.dirname(sys.executable), "mpinb")
+    done = subprocess.run([script, "doctor", "-n", "2"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert "ring test failed: mpiexec: cannot connect to the process manager" in done.stdout
+    assert "-> run `" in done.stdout and "problem(s) found" in done.stdout
+
+
+def test_kernel_install_writes_a_spec_for_this_python(tmp_path):
+    done = mpinb("kernel", "install", "--prefix", str(tmp_path), "-n", "6", timeout=60)
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "share" / "jupyter" / "kernels" / "mpinb"
+    spec = json.loads((folder / "kernel.json").read_text())
+    assert os.path.samefile(spec["argv"][0], sys.executable) and spec["argv"][1:3] == ["-m", "mpinb.kernel"]
+    assert spec["display_name"] == "Python (MPI, mpinb)" and spec["env"]["MPINB_RANKS"] == "6"
+    assert (folder / "logo-64x64.png").exists() and (folder / "logo-32x32.png").exists()

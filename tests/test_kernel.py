@@ -1,0 +1,95 @@
+"""The MPI kernel through jupyter_client: cells on the ranks, %%local, completion and inspection
+from rank 0, interrupt of a deadlocked cell, and shutdown that leaves no process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jupyter_client
+import pytest
+
+from conftest import wait_until_gone
+from mpinb import kernelspec
+
+
+def execute(client, code: str, timeout: float = 60) -> tuple[dict, str]:
+    """Run ``code``; return its execute reply's content and the text it printed or displayed."""
+    msg_id = client.execute(code)
+    texts = []
+    while True:
+        msg = client.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            texts.append(content["text"])
+        elif kind in ("execute_result", "display_data"):
+            texts.append(content["data"].get("text/plain", ""))
+        elif kind == "error":
+            texts.append(f"{content['ename']}: {content['evalue']}")
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    return client.get_shell_msg(timeout=timeout)["content"], "".join(texts)
+
+
+@pytest.fixture(scope="module")
+def mpi_kernel(tmp_path_factory):
+    """The MPI kernel, as installed by `mpinb kernel install -n 3` (into a private Jupyter path)."""
+    from conftest import pool_processes
+
+    existing_pools = {p.pid for p in pool_processes()}
+    path = tmp_path_factory.mktemp("jupyter")
+    kernelspec.render(str(path / "kernels"), ranks=3)
+    saved = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(path)
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="mpinb", startup_timeout=90)
+    yield manager, client
+    client.stop_channels()
+    manager.shutdown_kernel(now=False)
+    if saved is None:
+        del os.environ["JUPYTER_PATH"]
+    else:
+        os.environ["JUPYTER_PATH"] = saved
+    assert not wait_until_gone(10, existing_pools), "the kernel's ranks must end with the kernel"
+
+
+def test_cells_run_on_the_ranks_and_local_cells_here(mpi_kernel):
+    _, client = mpi_kernel
+    reply, _ = execute(client, "x = rank * 10")
+    assert reply["status"] == "ok"
+    reply, text = execute(client, "%%local\nimport os, mpinb\nprint(mpinb.current_pool().pull('x'), 'x' in globals())")
+    assert reply["status"] == "ok" and "[0, 10, 20] False" in text, text
+
+
+def test_tab_and_shift_tab_look_into_rank_0(mpi_kernel):
+    _, client = mpi_kernel
+    execute(client, "only_on_ranks = {'rank': rank}")
+    matches = client.complete("only_on", 7, reply=True, timeout=30)["content"]["matches"]
+    assert "only_on_ranks" in matches
+    found = client.inspect("only_on_ranks", 5, reply=True, timeout=30)["content"]
+    assert found["found"] and "dict" in found["data"]["text/plain"]
+    local = client.complete("%%local\nimport os\nos.getp", 24, reply=True, timeout=30)["content"]["matches"]
+    assert "os.getpid" in local or "getpid" in local
+
+
+def test_interrupt_ends_a_deadlock_and_the_pool_goes_on(mpi_kernel):
+    manager, client = mpi_kernel
+    msg_id = client.execute(
+        "big = np.zeros(1_000_000); comm.Send(big, dest=(rank + 1) % size); comm.Recv(big, source=(rank - 1) % size)"
+    )
+    time.sleep(2)
+    manager.interrupt_kernel()
+    began = time.monotonic()
+    reply = client.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert time.monotonic() - began < 3, "control is back within about 2 seconds"
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    reply, text = execute(client, "%%local\nprint(mpinb.current_pool().run('comm.allreduce(1)').value)")
+    assert "{0: 3, 1: 3, 2: 3}" in text, text
+
+
+def test_the_kernel_starts_its_pool_with_the_kernelspec_size(mpi_kernel):
+    _, client = mpi_kernel
+    _, text = execute(client, "%%local\nprint('ranks:', mpinb.current_pool().size)")
+    assert "ranks: 3" in text
