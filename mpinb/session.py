@@ -51,6 +51,25 @@ def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     return pool
 
 
+def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_args: list[str] = (),
+                   hosts: str | None = None, hostfile: str | None = None, partition: str | None = None,
+                   time: str | None = None, account: str | None = None) -> dict:
+    """``Pool`` options from ``%mpi start``'s: hosts in the spelling of the chosen MPI, batch
+    settings (partition, time, account) for ipyparallel's batch launchers."""
+    from .launch import LOCAL_LAUNCHERS, batch_options, find_mpiexec, host_arguments
+
+    batch = batch_options(partition, time, account)
+    if batch and launcher in (*LOCAL_LAUNCHERS, "srun", "ssh"):
+        raise ValueError(f"--partition/--time/--account are for batch launchers (slurm, pbs, ...), "
+                         f"not {launcher!r}")
+    if (hosts or hostfile) and launcher not in LOCAL_LAUNCHERS:
+        raise ValueError("--hosts/--hostfile go to mpiexec: use them with the default launcher (mpi)")
+    args = list(mpiexec_args)
+    if hosts or hostfile:
+        args = host_arguments(find_mpiexec(mpiexec), hosts, hostfile) + args
+    return {"launcher": launcher, "mpiexec": mpiexec, "mpiexec_args": args, "launcher_options": batch}
+
+
 def stop_pool() -> bool:
     """Stop the notebook's pool; ``False`` if there was none."""
     global _pool

@@ -1,0 +1,80 @@
+"""Pools beyond one machine, on a real single-node Slurm cluster (slurmctld + slurmd on
+localhost, started here): a job runs the ranks as one MPI world, and stopping leaves no job."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+import mpinb
+from conftest import wait_until_gone
+from slurm_cluster import jobs, single_node_slurm
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with single_node_slurm(str(tmp_path_factory.mktemp("slurm"))) as env:
+        saved = os.environ.get("SLURM_CONF")
+        os.environ.update(env)  # every client of the cluster needs SLURM_CONF
+        yield env
+        if saved is None:
+            del os.environ["SLURM_CONF"]
+        else:
+            os.environ["SLURM_CONF"] = saved
+
+
+@pytest.mark.timeout(180)
+def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, existing_pools):
+    pool = mpinb.Pool(2, launcher="slurm", launcher_options={"timelimit": "0:10:00"}, start_timeout=90)
+    pool.start()
+    try:
+        assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"]
+        assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
+        assert pool.run("size").value == {0: 2, 1: 2}
+        security = os.path.join(pool._cluster.profile_dir, "security")
+        assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
+        keys = [name for name in os.listdir(security) if name.startswith(f"ipcontroller-{pool._cluster.cluster_id}")]
+        assert keys, "the connection files are where ipyparallel keeps them"
+        for name in keys:
+            mode = stat.S_IMODE(os.stat(os.path.join(security, name)).st_mode)
+            assert mode & 0o077 == 0, f"{name} is readable by others: {oct(mode)}"
+    finally:
+        pool.stop()
+    assert jobs(slurm) == [], "stopping the pool cancels its job"
+    assert not wait_until_gone(10, existing_pools)
+
+
+@pytest.mark.timeout(180)
+def test_magics_start_a_slurm_pool_with_batch_options(slurm, ip, existing_pools):
+    from mpinb import session
+
+    previous = session.current_pool()
+    session.use_pool(None)
+    try:
+        ip.run_line_magic("mpi", "start -n 2 --launcher slurm --partition debug --time 0:05:00")
+        pool = session.current_pool()
+        assert pool.settings.launcher_options == {"queue": "debug", "timelimit": "0:05:00"}
+        assert pool.run("comm.allreduce(1)").value == {0: 2, 1: 2}
+        ip.run_line_magic("mpi", "stop")
+        assert jobs(slurm) == []
+    finally:
+        session.stop_pool()
+        session.use_pool(previous)
+
+
+@pytest.mark.timeout(180)
+def test_a_job_that_fails_at_once_is_reported_with_its_output(slurm, existing_pools):
+    failing = "#!/bin/sh\n#SBATCH --export=ALL\necho 'cannot find python on this node' >&2\nexit 7\n"
+    pool = mpinb.Pool(2, launcher="slurm", launcher_options={"batch_template": failing}, start_timeout=90)
+    with pytest.raises(mpinb.PoolStartError, match="(?s)Slurm job .* ended before they came up.*cannot find python"):
+        pool.start()
+    assert jobs(slurm) == []
+    assert not wait_until_gone(10, existing_pools)
+
+
+def test_srun_outside_an_allocation_says_what_to_do(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(mpinb.PoolStartError, match="not in one \\(no \\$SLURM_JOB_ID\\)"):
+        mpinb.Pool(2, launcher="srun").start()
