@@ -161,3 +161,23 @@ def allocation_srun() -> str:
     if not found:
         raise PoolStartError("launcher 'srun': srun is not on PATH inside this allocation")
     return found
+
+
+def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, str]:
+    """Our Slurm batch script (unless the user gave one): it keeps its script and output in the
+    profile's log folder, not the notebook's, and carries the batch options itself (ipyparallel
+    adds them only to its own template)."""
+    if "batch_template" in options or "batch_template_file" in options:
+        return {}
+    lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=mpinb-{cluster_id}", "#SBATCH --ntasks={n}",
+             f"#SBATCH --output={slurm_output(log_dir, cluster_id, '%j')}"]
+    for key, flag in (("queue", "--partition"), ("timelimit", "--time"), ("account", "--account")):
+        if options.get(key):
+            lines.append(f"#SBATCH {flag}={options[key]}")
+    lines.append("srun {program_and_args}")
+    return {"batch_template": "\n".join(lines) + "\n",
+            "batch_file_name": os.path.join(log_dir, f"slurm-{cluster_id}.sbatch")}
+
+
+def slurm_output(log_dir: str, cluster_id: str, job: str) -> str:
+    return os.path.join(log_dir, f"slurm-{cluster_id}-{job}.out")

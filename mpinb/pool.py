@@ -6,6 +6,7 @@ import atexit
 import glob
 import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +25,15 @@ from ._streams import OutputCallback, StreamTracker
 from ._values import unpack
 from .errors import DeadlockError, MPIHangError, PoolError, PoolStartError, RankDiedError
 from .hang import HangWatch, death_report
-from .launch import ALLOCATION_LAUNCHER, LaunchSettings, allocation_srun, find_mpiexec, rank_environment
+from .launch import (
+    ALLOCATION_LAUNCHER,
+    LaunchSettings,
+    allocation_srun,
+    find_mpiexec,
+    rank_environment,
+    slurm_job_files,
+    slurm_output,
+)
 from .result import RankFailure, RunResult
 from .trace import Trace
 
@@ -175,8 +184,13 @@ class Pool:
         controller.environment = {"MPINB_EXPECTED_HEARTS": str(settings.n)}
         engine_main = os.path.join(os.path.dirname(__file__), "rank", "_engine_main.py")
         cluster.config[_launcher_config_name(launcher_class)].engine_cmd = [sys.executable, engine_main]
+        launcher_config = cluster.config[_launcher_config_name(launcher_class)]
+        if launcher_class == "slurm":
+            log_dir = os.path.join(cluster.profile_dir, "log")
+            for key, value in slurm_job_files(log_dir, cluster.cluster_id, settings.launcher_options).items():
+                launcher_config[key] = value
         for key, value in settings.launcher_options.items():
-            cluster.config[_launcher_config_name(launcher_class)][key] = value
+            launcher_config[key] = value
         self._cluster = cluster
         self._start_watchdog()
         try:
@@ -723,13 +737,19 @@ def _batch_job_ended(launcher) -> str | None:
     launcher._mpinb_checked = now
     if _slurm_job_state(job) != "":
         return None  # pending, running, or squeue could not tell
-    output = ""
-    path = os.path.join(getattr(launcher, "work_dir", "") or ".", f"slurm-{job}.out")
-    try:
-        with open(path, errors="replace") as handle:
-            output = "\n".join(handle.read().strip().splitlines()[-20:])
-    except OSError:
-        pass
+    output, path = "", ""
+    ours = slurm_output(os.path.dirname(launcher.batch_file), getattr(launcher, "cluster_id", ""), str(job))
+    named = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", launcher.batch_template or "", re.M)
+    candidates = [ours, os.path.join(getattr(launcher, "work_dir", "") or ".", f"slurm-{job}.out")]
+    if named:
+        candidates.insert(0, named.group(1).replace("%j", str(job)))
+    for path in candidates:
+        try:
+            with open(path, errors="replace") as handle:
+                output = "\n".join(handle.read().strip().splitlines()[-20:])
+            break
+        except OSError:
+            continue
     text = f"the Slurm job {job} that was to run the ranks ended before they came up."
     return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
 

@@ -43,6 +43,8 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
     finally:
         pool.stop()
     assert jobs(slurm) == [], "stopping the pool cancels its job"
+    log = os.path.join(pool._cluster.profile_dir if pool._cluster else os.path.expanduser("~/.ipython/profile_mpinb"), "log")
+    assert not [f for f in os.listdir(log) if f.startswith("slurm-")], "the job's script and output are cleaned up"
     assert not wait_until_gone(10, existing_pools)
 
 
@@ -65,9 +67,11 @@ def test_magics_start_a_slurm_pool_with_batch_options(slurm, ip, existing_pools)
 
 
 @pytest.mark.timeout(180)
-def test_a_job_that_fails_at_once_is_reported_with_its_output(slurm, existing_pools):
-    failing = "#!/bin/sh\n#SBATCH --export=ALL\necho 'cannot find python on this node' >&2\nexit 7\n"
-    pool = mpinb.Pool(2, launcher="slurm", launcher_options={"batch_template": failing}, start_timeout=90)
+def test_a_job_that_fails_at_once_is_reported_with_its_output(slurm, existing_pools, tmp_path):
+    failing = (f"#!/bin/sh\n#SBATCH --export=ALL\n#SBATCH --output={tmp_path}/job-%j.out\n"
+               "echo 'cannot find python on this node' >&2\nexit 7\n")
+    options = {"batch_template": failing, "batch_file_name": str(tmp_path / "job.sbatch")}  # a user's own script
+    pool = mpinb.Pool(2, launcher="slurm", launcher_options=options, start_timeout=90)
     with pytest.raises(mpinb.PoolStartError, match="(?s)Slurm job .* ended before they came up.*cannot find python"):
         pool.start()
     assert jobs(slurm) == []
