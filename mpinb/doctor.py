@@ -76,9 +76,12 @@ def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
     state: dict = {}
 
     def library() -> None:
-        code = ("import mpi4py, json; from mpi4py import MPI; print(json.dumps({'mpi4py': mpi4py.__version__, "
+        code = ("import mpi4py, json, os; from mpi4py import MPI\n"
+                "maps = open('/proc/self/maps').read().splitlines() if os.path.exists('/proc/self/maps') else []\n"
+                "print(json.dumps({'mpi4py': mpi4py.__version__, "
                 "'library': ' '.join(MPI.Get_library_version().split()[:3]), "
-                "'standard': '%d.%d' % MPI.Get_version()}))")
+                "'standard': '%d.%d' % MPI.Get_version(), 'built': mpi4py.get_config().get('mpicc', ''), "
+                "'loaded': sorted({l.split()[-1] for l in maps if 'libmpi' in l})}))")
         done = _python(code, timeout=60)
         if done.returncode != 0:
             report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
@@ -87,6 +90,9 @@ def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
         info = json.loads(done.stdout.strip().splitlines()[-1])
         state.update(info)
         report.ok(f"mpi4py {info['mpi4py']} on {info['library']} (MPI {info['standard']})")
+        built = f"built with {info['built']}" if info["built"] else "a binary wheel that finds its MPI at run time"
+        loaded = ", ".join(info["loaded"]) or "not visible on this system"
+        report.info(f"mpi4py is {built}; library loaded: {loaded}")
 
     def launcher() -> None:
         try:

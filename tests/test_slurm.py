@@ -3,6 +3,7 @@ localhost, started here): a job runs the ranks as one MPI world, and stopping le
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -40,6 +41,10 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
         for name in keys:
             mode = stat.S_IMODE(os.stat(os.path.join(security, name)).st_mode)
             assert mode & 0o077 == 0, f"{name} is readable by others: {oct(mode)}"
+            with open(os.path.join(security, name)) as handle:
+                connection = json.load(handle)
+            assert connection["key"] and connection["signature_scheme"].startswith("hmac-"), "messages are signed"
+            assert connection["interface"] != "tcp://127.0.0.1", "remote ranks can reach the controller"
     finally:
         pool.stop()
     assert jobs(slurm) == [], "stopping the pool cancels its job"
