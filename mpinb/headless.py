@@ -3,6 +3,7 @@ notebooks alike, stopping at the first failing cell with its per-rank error."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -27,20 +28,15 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
     with ``output``, write the executed notebook there, failed or not."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no notebook at {path!r}")
     nb = nbformat.read(path, as_version=4)
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
-    if ranks is not None:
-        if ranks < 1:
-            raise ValueError(f"-n must be at least 1 rank, not {ranks}")
-        os.environ["MPINB_RANKS"] = str(ranks)
-    with tempfile.TemporaryDirectory() as scratch:
-        if kernel == kernelspec.KERNEL_NAME:  # found whether or not the user installed the spec
-            kernelspec.render(os.path.join(scratch, "kernels"), ranks)
-            os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [scratch, os.environ.get("JUPYTER_PATH")]))
+    if ranks is not None and ranks < 1:
+        raise ValueError(f"-n must be at least 1 rank, not {ranks}")
+    with tempfile.TemporaryDirectory() as scratch, _environment(scratch, kernel, ranks):
         client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
                                 resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
         try:
@@ -48,10 +44,32 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
             result = NotebookRun(True, sum(c.cell_type == "code" for c in nb.cells))
         except CellExecutionError:
             result = _failure(nb)
+        except DeadKernelError as err:
+            result = NotebookRun(False, 0, None, f"the kernel died: {err}")
         finally:
             if output:
                 nbformat.write(nb, output)
     return result
+
+
+@contextlib.contextmanager
+def _environment(scratch: str, kernel: str, ranks: int | None):
+    """The kernel's environment: the pool size, and the MPI kernel's spec whether or not the user
+    installed it; the caller's environment is restored afterwards."""
+    saved = {name: os.environ.get(name) for name in ("MPINB_RANKS", "JUPYTER_PATH")}
+    if ranks is not None:
+        os.environ["MPINB_RANKS"] = str(ranks)
+    if kernel == kernelspec.KERNEL_NAME:
+        kernelspec.render(os.path.join(scratch, "kernels"), ranks)
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [scratch, saved["JUPYTER_PATH"]]))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _failure(nb) -> NotebookRun:
