@@ -726,8 +726,9 @@ def _remove_leftover_files(cluster) -> None:
 
 
 def _batch_job_ended(launcher) -> str | None:
-    """For a Slurm job: why it ended before its ranks registered (ipyparallel would wait out its
-    whole timeout), with the job's output; ``None`` while it is queued or running."""
+    """For a Slurm job: why it cannot bring its ranks up (ipyparallel would wait out its whole
+    timeout), with the job's output; ``None`` while it is queued or starting normally. A job that
+    left the queue has failed; so has one where srun reports a failed task while others wait."""
     job = getattr(launcher, "job_id", None)
     if not job or not type(launcher).__name__.startswith("Slurm"):
         return None
@@ -735,23 +736,31 @@ def _batch_job_ended(launcher) -> str | None:
     if now - getattr(launcher, "_mpinb_checked", 0.0) < 1.0:
         return None
     launcher._mpinb_checked = now
-    if _slurm_job_state(job) != "":
+    state = _slurm_job_state(job)
+    path, output = _slurm_job_output(launcher, str(job))
+    if state == "":
+        text = f"the Slurm job {job} that was to run the ranks ended before they came up."
+    elif "srun: error:" in output:
+        text = f"a task of the Slurm job {job} failed while the ranks were starting."
+    else:
         return None  # pending, running, or squeue could not tell
-    output, path = "", ""
-    ours = slurm_output(os.path.dirname(launcher.batch_file), getattr(launcher, "cluster_id", ""), str(job))
+    return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
+
+
+def _slurm_job_output(launcher, job: str) -> tuple[str, str]:
+    """The last lines of the job's output file: ours, the one its script names, or Slurm's default."""
+    ours = slurm_output(os.path.dirname(launcher.batch_file), getattr(launcher, "cluster_id", ""), job)
     named = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", launcher.batch_template or "", re.M)
     candidates = [ours, os.path.join(getattr(launcher, "work_dir", "") or ".", f"slurm-{job}.out")]
     if named:
-        candidates.insert(0, named.group(1).replace("%j", str(job)))
+        candidates.insert(0, named.group(1).replace("%j", job))
     for path in candidates:
         try:
             with open(path, errors="replace") as handle:
-                output = "\n".join(handle.read().strip().splitlines()[-20:])
-            break
+                return path, "\n".join(handle.read().strip().splitlines()[-20:])
         except OSError:
             continue
-    text = f"the Slurm job {job} that was to run the ranks ended before they came up."
-    return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
+    return "", ""
 
 
 def _slurm_job_state(job: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 
@@ -79,6 +80,22 @@ def test_a_job_that_fails_at_once_is_reported_with_its_output(slurm, existing_po
     pool = mpinb.Pool(2, launcher="slurm", launcher_options=options, start_timeout=90)
     with pytest.raises(mpinb.PoolStartError, match="(?s)Slurm job .* ended before they came up.*cannot find python"):
         pool.start()
+    assert jobs(slurm) == []
+    assert not wait_until_gone(10, existing_pools)
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_that_dies_while_the_others_wait_is_reported_at_once(slurm, existing_pools, tmp_path):
+    """srun keeps the job running while the other tasks wait (here: sleep), so the job never
+    leaves the queue; srun's own error line in the output tells."""
+    script = (f"#!/bin/sh\n#SBATCH --export=ALL\n#SBATCH --ntasks=2\n#SBATCH --output={tmp_path}/job-%j.out\n"
+              "srun sh -c 'if [ $SLURM_PROCID = 0 ]; then echo rank 0 cannot start >&2; exit 3; fi; sleep 120'\n")
+    options = {"batch_template": script, "batch_file_name": str(tmp_path / "job.sbatch")}
+    pool = mpinb.Pool(2, launcher="slurm", launcher_options=options, start_timeout=90)
+    began = time.monotonic()
+    with pytest.raises(mpinb.PoolStartError, match="(?s)a task of the Slurm job .* failed.*rank 0 cannot start"):
+        pool.start()
+    assert time.monotonic() - began < 30, "reported long before the start timeout"
     assert jobs(slurm) == []
     assert not wait_until_gone(10, existing_pools)
 
