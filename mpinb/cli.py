@@ -16,7 +16,11 @@ _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "bench":
+        args.bench_args = extra  # everything else is python -m bench's (e.g. --json F, -n N)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -46,8 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("-n", type=_positive, default=4, metavar="N", help="ranks for the tests (default 4)")
     doctor.set_defaults(handler=_doctor)
 
-    bench = commands.add_parser("bench", help="the benchmark table (python -m bench), from a source checkout")
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to python -m bench (e.g. --json F)")
+    bench = commands.add_parser("bench", help="the benchmark table (python -m bench), from a source checkout",
+                                description="Runs python -m bench; other arguments (--json F, -n N, "
+                                            "--repeats R) are passed to it.")
     bench.set_defaults(handler=_bench)
 
     kernel = commands.add_parser("kernel", help="the MPI kernel")

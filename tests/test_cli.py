@@ -69,6 +69,18 @@ def test_bad_arguments_exit_2_with_a_clear_message(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+def test_bench_arguments_go_to_the_benchmarks():
+    from mpinb.cli import _parser, main
+
+    args, extra = _parser().parse_known_args(["bench", "--json", "out.json", "-n", "2"])
+    assert args.command == "bench" and extra == ["--json", "out.json", "-n", "2"]
+    with pytest.raises(SystemExit) as stop:
+        main(["doctor", "--json", "x"])
+    assert stop.value.code == 2
+    done = mpinb("bench", "--repeats", "several", timeout=60)  # reaches python -m bench's own parser
+    assert done.returncode == 2 and "argument --repeats: invalid int value: 'several'" in done.stderr
+
+
 def test_help_for_every_command():
     for args in ([], ["run"], ["doctor"], ["lab"], ["bench"], ["kernel", "install"]):
         done = mpinb(*args, "--help", timeout=60)
