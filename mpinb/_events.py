@@ -8,6 +8,10 @@ from __future__ import annotations
 
 # kind
 SEND, RECV, COLLECTIVE, WAIT, PROBE = range(5)
+
+# Calls that make a new communicator: recorded as collectives, but they move no user data.
+DERIVING_CALLS = ("Dup", "Clone", "Split", "Split_type", "Create", "Create_group", "Create_cart")
+CART_DERIVING_CALLS = (*DERIVING_CALLS, "Sub")
 KIND_NAMES = ("send", "recv", "collective", "wait", "probe")
 
 FIELDS = (

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._events import CART_DERIVING_CALLS
 from .trace import Trace
 
 Hints = list[str]
@@ -52,10 +53,7 @@ def _short(value: object) -> str:
 
 
 def _collective_ops(trace: Trace) -> Counter:
-    return Counter(str(c["op"]) for c in trace.collectives() if c["op"] not in _CONSTRUCTORS)
-
-
-_CONSTRUCTORS = {"Dup", "Clone", "Split", "Split_type", "Create", "Create_group", "Create_cart", "Sub"}
+    return Counter(str(c["op"]) for c in trace.collectives() if c["op"] not in CART_DERIVING_CALLS)
 
 
 def _sent_by(trace: Trace) -> dict[int, list[dict]]:
@@ -212,7 +210,7 @@ def _verify_grid(answers, size):
 
 def _pattern_grid(trace, size):
     sub = [c for c in trace.collectives()
-           if c["op"] not in _CONSTRUCTORS and len(trace.comms.get(c["comm"], range(size))) < size]
+           if c["op"] not in CART_DERIVING_CALLS and len(trace.comms.get(c["comm"], range(size))) < size]
     if len(sub) < 2:
         return ["split COMM_WORLD twice (color = row, then color = column) and reduce once on each "
                 "of the two smaller communicators."]

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from array import array
 
-from .._events import COLLECTIVE, PROBE, RECV, SEND, WAIT
+from .._events import CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, PROBE, RECV, SEND, WAIT
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -425,8 +425,7 @@ _COLLECTIVES = {
     **{"I" + n[0].lower() + n[1:]: _collective("I" + n[0].lower() + n[1:], r, False, True)
        for n, r in _ROOTS_UPPER.items()},
 }
-_CONSTRUCTORS = {n: _derived(n) for n in ("Dup", "Clone", "Split", "Split_type", "Create",
-                                          "Create_group", "Create_cart")}
+_CONSTRUCTORS = {n: _derived(n) for n in DERIVING_CALLS}
 
 TracedIntracomm = type("TracedIntracomm", (_Intracomm,), {
     **_P2P, **_COLLECTIVES, **_CONSTRUCTORS,
@@ -434,7 +433,7 @@ TracedIntracomm = type("TracedIntracomm", (_Intracomm,), {
     "__module__": __name__,
 })
 TracedCartcomm = type("TracedCartcomm", (MPI.Cartcomm,), {
-    **_P2P, **_COLLECTIVES, **_CONSTRUCTORS, "Sub": _derived("Sub"),
+    **_P2P, **_COLLECTIVES, **{n: _derived(n) for n in CART_DERIVING_CALLS},
     "__doc__": "An ``MPI.Cartcomm`` that records the MPI calls made through it.",
     "__module__": __name__,
 })
@@ -596,21 +595,11 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     @classmethod
     def Waitany(cls, requests, status=None):
-        status = status if status is not None else MPI.Status()
-        originals, box = _originals(requests), []
-        _poll(lambda: box.append(_Request.Testany(originals, status)) or box[-1][1],
-              _many("Waitany", requests, _where()))
-        _done_at(requests, box[-1][0], status)
-        return box[-1][0]
+        return _wait_any("Waitany", _Request.Testany, requests, status)[0]
 
     @classmethod
     def waitany(cls, requests, status=None):
-        status = status if status is not None else MPI.Status()
-        originals, box = _originals(requests), []
-        _poll(lambda: box.append(_Request.testany(originals, status)) or box[-1][1],
-              _many("waitany", requests, _where()))
-        index, _, value = box[-1]
-        _done_at(requests, index, status)
+        index, _, value = _wait_any("waitany", _Request.testany, requests, status)
         return index, value
 
     @classmethod
@@ -647,6 +636,16 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         for k, index in enumerate(indices or []):
             _done_at(requests, index, statuses[k])
         return indices
+
+
+def _wait_any(name: str, test_any, requests, status):
+    """Poll ``test_any`` (mpi4py's ``Testany`` or ``testany``) until one request completes, and
+    record it; returns what the successful test returned. ``_where(3)``: the user's line."""
+    status = status if status is not None else MPI.Status()
+    originals, box = _originals(requests), []
+    _poll(lambda: box.append(test_any(originals, status)) or box[-1][1], _many(name, requests, _where(3)))
+    _done_at(requests, box[-1][0], status)
+    return box[-1]
 
 
 def _many(name: str, requests, where):
