@@ -15,7 +15,7 @@ from ipykernel.kernelapp import IPKernelApp
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
 from . import __version__, session
-from .magics import _set_autompi
+from .magics import _set_autompi, runs_on_ranks
 from .rank import _introspect
 
 ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
@@ -37,8 +37,7 @@ class MPIKernel(IPythonKernel):
                   file=sys.__stderr__)
 
     def _runs_on_ranks(self, code: str) -> bool:
-        first = next((line for line in code.splitlines() if line.strip()), "")
-        return not first.lstrip().startswith("%") and session.current_pool() is not None
+        return runs_on_ranks(code) and session.current_pool() is not None
 
     def do_complete(self, code, cursor_pos):
         if cursor_pos is None:

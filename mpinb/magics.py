@@ -253,14 +253,18 @@ def _autompi_transformer(lines: list[str]) -> list[str]:
     cell and its last value is shown, as in any cell (a nested run would swallow both).
     """
     index = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if index is None:
-        return lines
-    first = lines[index].strip()
-    if first == "%%local":
+    if index is not None and lines[index].strip() == "%%local":
         return ["\n"] * index + ["\n"] + lines[index + 1:]  # blank lines keep line numbers right
-    if first.startswith("%"):
+    if not runs_on_ranks("".join(lines)):
         return lines
     return ["%%mpi --first-line 1\n", *lines]
+
+
+def runs_on_ranks(cell: str) -> bool:
+    """Whether ``%autompi`` (and the MPI kernel) send this cell to the ranks: every cell with code
+    that does not begin with a magic (``%%local``, ``%mpi ...``)."""
+    first = next((line for line in cell.splitlines() if line.strip()), "")
+    return bool(first) and not first.lstrip().startswith("%")
 
 
 def _autompi_enabled(shell) -> bool:

@@ -6,7 +6,6 @@ import atexit
 import glob
 import itertools
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from typing import Iterable, Mapping, Sequence
 
 import psutil
 
+from . import _slurm
 from . import rank as _rank
 from ._deathwatch import DeathWatch
 from ._ranges import format_ranks, parse_ranks
@@ -32,7 +32,6 @@ from .launch import (
     find_mpiexec,
     rank_environment,
     slurm_job_files,
-    slurm_output,
 )
 from .result import RankFailure, RunResult
 from .trace import Trace
@@ -230,8 +229,11 @@ class Pool:
     def _wait_for_ranks(self) -> None:
         n = self.settings.n
         deadline = time.monotonic() + self.start_timeout
+        next_job_check = time.monotonic() + 1.0  # squeue is a command: once a second is enough
         while len(self._client.ids) < n:
             problem = self._dead_process()
+            if not problem and time.monotonic() > next_job_check:
+                problem, next_job_check = self._failed_batch_job(), time.monotonic() + 1.0
             if problem:
                 raise PoolStartError(problem)
             if time.monotonic() > deadline:
@@ -261,9 +263,13 @@ class Pool:
         for engine_set in cluster.engines.values():
             if _has_exited(engine_set):
                 return "the MPI launcher exited before all ranks came up."
-            ended = _batch_job_ended(engine_set)
-            if ended:
-                return ended
+        return None
+
+    def _failed_batch_job(self) -> str | None:
+        for engine_set in self._cluster.engines.values():
+            failure = _slurm.why_it_failed(engine_set)
+            if failure:
+                return failure
         return None
 
     def _startup_report(self, err: BaseException) -> str:
@@ -327,12 +333,12 @@ class Pool:
             for launcher in [cluster.controller, *cluster.engines.values()]:
                 if launcher is not None and getattr(launcher, "stop_seconds_until_kill", None):
                     launcher.stop_seconds_until_kill = 1
-            jobs = _slurm_jobs(cluster)
+            jobs = _slurm.jobs(cluster)
             try:
                 cluster.stop_cluster_sync()
             except Exception:  # noqa: BLE001 - the process sweep below still runs
                 pass
-            _wait_for_slurm_jobs(jobs)
+            _slurm.wait_until_gone(jobs)
             _remove_leftover_files(cluster)
         _, alive = psutil.wait_procs(tree, timeout=1.0)
         for proc in alive:
@@ -723,68 +729,6 @@ def _remove_leftover_files(cluster) -> None:
             os.remove(path)
         except OSError:
             pass
-
-
-def _batch_job_ended(launcher) -> str | None:
-    """For a Slurm job: why it cannot bring its ranks up (ipyparallel would wait out its whole
-    timeout), with the job's output; ``None`` while it is queued or starting normally. A job that
-    left the queue has failed; so has one where srun reports a failed task while others wait."""
-    job = getattr(launcher, "job_id", None)
-    if not job or not type(launcher).__name__.startswith("Slurm"):
-        return None
-    now = time.monotonic()
-    if now - getattr(launcher, "_mpinb_checked", 0.0) < 1.0:
-        return None
-    launcher._mpinb_checked = now
-    state = _slurm_job_state(job)
-    path, output = _slurm_job_output(launcher, str(job))
-    if state == "":
-        text = f"the Slurm job {job} that was to run the ranks ended before they came up."
-    elif "srun: error:" in output:
-        text = f"a task of the Slurm job {job} failed while the ranks were starting."
-    else:
-        return None  # pending, running, or squeue could not tell
-    return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
-
-
-def _slurm_job_output(launcher, job: str) -> tuple[str, str]:
-    """The last lines of the job's output file: ours, the one its script names, or Slurm's default."""
-    ours = slurm_output(os.path.dirname(launcher.batch_file), getattr(launcher, "cluster_id", ""), job)
-    named = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", launcher.batch_template or "", re.M)
-    candidates = [ours, os.path.join(getattr(launcher, "work_dir", "") or ".", f"slurm-{job}.out")]
-    if named:
-        candidates.insert(0, named.group(1).replace("%j", job))
-    for path in candidates:
-        try:
-            with open(path, errors="replace") as handle:
-                return path, "\n".join(handle.read().strip().splitlines()[-20:])
-        except OSError:
-            continue
-    return "", ""
-
-
-def _slurm_job_state(job: str) -> str | None:
-    """The job's state as squeue shows it, ``""`` once it left the queue, ``None`` if unknown."""
-    try:
-        queued = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if queued.returncode != 0:
-        return "" if "Invalid job id" in queued.stderr else None
-    return queued.stdout.strip()
-
-
-def _slurm_jobs(cluster) -> list[str]:
-    return [launcher.job_id for launcher in cluster.engines.values()
-            if getattr(launcher, "job_id", None) and type(launcher).__name__.startswith("Slurm")]
-
-
-def _wait_for_slurm_jobs(jobs: list[str], seconds: float = 15.0) -> None:
-    """scancel returns before the job ends: wait, so that a stopped pool has no job left."""
-    deadline = time.monotonic() + seconds
-    for job in jobs:
-        while _slurm_job_state(job) not in ("", None) and time.monotonic() < deadline:
-            time.sleep(0.1)
 
 
 def _launcher_output(launcher) -> str:
