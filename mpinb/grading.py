@@ -60,18 +60,16 @@ def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
 
 
 def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
-    defined = pool.run(f"callable(globals().get({spec.function!r}))", trace=False).value
-    missing = [r for r, ok in defined.items() if not ok]
-    if missing:
-        return CheckResult(spec.name, False, [
-            f"`{spec.function}` is not defined on every rank (missing on ranks {_ranks(missing)}): "
-            f"define it in a %%mpi cell, so that every rank has it."])
     try:
         result = pool.run(spec.call, timeout=timeout, check=False)
     except MPIHangError as hang:
         return CheckResult(spec.name, False, [spec.hang_hint, "what mpinb saw: " + hang.diagnosis.text()])
     if result.errors:
         ranks, failure = result.error_groups()[0]
+        if failure.type == "NameError" and f"'{spec.function}'" in failure.message:
+            return CheckResult(spec.name, False, [
+                f"`{spec.function}` is not defined on every rank (missing on ranks {_ranks(ranks)}): "
+                f"define it in a %%mpi cell, so that every rank has it."])
         if failure.type == "NotImplementedError":
             return CheckResult(spec.name, False, [
                 f"`{spec.function}` is not written yet (it raises NotImplementedError): write its "
