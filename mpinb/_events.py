@@ -10,7 +10,9 @@ from __future__ import annotations
 SEND, RECV, COLLECTIVE, WAIT, PROBE = range(5)
 
 # Calls that make a new communicator: recorded as collectives, but they move no user data.
-DERIVING_CALLS = ("Dup", "Clone", "Split", "Split_type", "Create", "Create_group", "Create_cart")
+DERIVING_CALLS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group",
+                  "Create_cart", "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent")
+LOCAL_DERIVING_CALLS = ("Create_group",)  # collective over the new group only, not the parent
 CART_DERIVING_CALLS = (*DERIVING_CALLS, "Sub")
 KIND_NAMES = ("send", "recv", "collective", "wait", "probe")
 

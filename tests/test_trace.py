@@ -195,10 +195,38 @@ def test_traced_calls_behave_exactly_like_mpi4py(pool4):
 
 
 def test_untraced_runs_use_mpi4py_objects_directly(pool4):
-    res = pool4.run("type(comm).__name__, type(MPI.COMM_WORLD).__name__, MPI.Request.__name__", trace=False)
-    assert set(res.value.values()) == {("Intracomm", "Intracomm", "Request")}
-    res = pool4.run("type(comm).__name__")
-    assert set(res.value.values()) == {"TracedIntracomm"}
+    who = "type(comm) is MPI.Intracomm, MPI.COMM_WORLD is comm, MPI.Request.__module__"
+    res = pool4.run(f"from mpi4py import MPI as M\n{who}, M.Intracomm, M.Request", trace=False)
+    assert {v[:3] for v in res.value.values()} == {(True, True, "mpi4py.MPI")}
+    res = pool4.run(who)
+    assert set(res.value.values()) == {(False, True, "mpinb.rank._traced")}
+
+
+def test_twins_look_like_mpi4py_objects(pool4):
+    """Names, class equality, handles and pickling are mpi4py's, so code that inspects them
+    behaves as under mpiexec."""
+    res = pool4.run(
+        "import pickle\n"
+        "cart = comm.Create_cart([size], periods=[True])\n"
+        "req = MPI.Request(MPI.REQUEST_NULL)\n"
+        "(type(comm).__name__, type(comm) == MPI.Intracomm, type(cart) == MPI.Cartcomm,\n"
+        " type(MPI.Comm.f2py(cart.py2f())) == type(cart), MPI.Request.__name__,\n"
+        " pickle.loads(pickle.dumps(comm)) is comm, pickle.loads(pickle.dumps(MPI.Intracomm(comm))) == comm,\n"
+        " type(pickle.loads(pickle.dumps(req))) == MPI.Request, isinstance(MPI.REQUEST_NULL, MPI.Request))"
+    )
+    assert set(res.value.values()) == {("Intracomm", True, True, True, "Request", True, True, True, True)}
+    (made,) = res.trace.collectives()
+    assert made["op"] == "Create_cart" and sorted(made["ranks"]) == [0, 1, 2, 3]
+
+
+def test_freeing_the_world_behaves_as_in_mpi4py(pool4):
+    res = pool4.run(
+        "comm.free(); MPI.COMM_WORLD.free()\n"
+        "try:\n    comm.Free()\nexcept MPI.Exception as err:\n    refused = err.Get_error_class()\n"
+        "copy = type(comm)(comm); copy.free()\n"
+        "(refused != 0, copy == MPI.COMM_NULL, comm.allreduce(1))"
+    )
+    assert set(res.value.values()) == {(True, True, 4)}
 
 
 def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):
@@ -257,7 +285,8 @@ def test_collectives_are_grouped_across_the_ranks_that_took_part(pool4):
     res = pool4.run("comm.Barrier()\nhalf = comm.Split(rank // 2)\nhalf.allreduce(rank)\ncomm.bcast(1)")
     found = [(c["op"], sorted(c["ranks"])) for c in res.trace.collectives()]
     assert found[0] == ("Barrier", [0, 1, 2, 3])
-    assert sorted(found[1:]) == [("allreduce", [0, 1]), ("allreduce", [2, 3]), ("bcast", [0, 1, 2, 3])]
+    assert sorted(found[1:]) == [("Split", [0, 1, 2, 3]), ("allreduce", [0, 1]), ("allreduce", [2, 3]),
+                                 ("bcast", [0, 1, 2, 3])]
     for c in res.trace.collectives():
         assert c["end"] >= c["start"]
 

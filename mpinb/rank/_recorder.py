@@ -18,7 +18,8 @@ class Recorder:
         self.capacity = capacity
         self.events: list = []
         self.dropped = 0
-        self.comms: dict[str, list[int]] = {}
+        self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
+        self._freed: list[str] = []  # communicators freed while recording: forgotten at stop
         self.pickled_out = 0  # bytes produced by mpi4py's pickling (lowercase sends)
         self.pickled_in = 0   # bytes consumed by its unpickling (lowercase receives)
         self.clock_offset = 0.0  # add to this rank's clock to get rank 0's
@@ -36,14 +37,25 @@ class Recorder:
         """Stop recording; return what was recorded, in a form that pickles cheaply."""
         self.on = False
         used = {event[2] for event in self.events}
+        comms = {cid: members for cid, members in self.comms.items() if cid in used}
+        for cid in self._freed:
+            self.comms.pop(cid, None)
+        self._freed = []
         return {
             "events": self.events,
             "dropped": self.dropped,
-            "comms": {cid: members for cid, members in self.comms.items() if cid in used},
+            "comms": comms,
             "began": self._began,
             "ended": time.perf_counter(),
             "offset": self.clock_offset,
         }
+
+    def forget(self, cid: str | None) -> None:
+        """A freed communicator: its members are kept only until the run that used it ends."""
+        if self.on:
+            self._freed.append(cid)
+        else:
+            self.comms.pop(cid, None)
 
     def add(self, event) -> None:
         if len(self.events) < self.capacity:

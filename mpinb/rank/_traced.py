@@ -14,6 +14,7 @@ the communicator's private shadow), so that mismatched collectives raise instead
 
 from __future__ import annotations
 
+import copyreg
 import sys
 from time import perf_counter as _now
 
@@ -21,7 +22,8 @@ from mpi4py import MPI
 
 from array import array
 
-from .._events import CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, PROBE, RECV, SEND, WAIT
+from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
+                       SEND, WAIT)
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -29,6 +31,7 @@ from ._waiting import wait_request as _poll_request
 _Intracomm = MPI.Intracomm
 _Request = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
 _iprobe = _Intracomm.iprobe
+_improbe = _Intracomm.improbe
 _lower_recv = _Intracomm.recv
 _NAN = float("nan")
 _BYTE = MPI.BYTE
@@ -69,7 +72,10 @@ def _with_status(args: tuple, kwargs: dict, position: int):
 
 
 def _where(depth: int = 2) -> tuple[str, int]:
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # called from the top of a stack
+        return "", 0
     return frame.f_code.co_filename, frame.f_lineno
 
 
@@ -148,16 +154,8 @@ def _recv(name: str, lowercase: bool):
         describe = _describer(self, name, "recv", source, tag, _nbytes(buf), where)
         before = rec.pickled_in
         start = _now()
-        if lowercase and buf is None:
-            # Wait until a matching message is there, then receive it: with one thread per rank
-            # the first message that matches is the one the probe saw.
-            _poll(lambda: _iprobe(self, source, tag, status), describe)
-            result = _lower_recv(self, None, source, tag, status)
-        elif lowercase:
-            request = _Intracomm.irecv(self, buf, source, tag)
-            box = []
-            _poll(lambda: box.append(request.test(status)) or box[-1][0], describe)
-            result = box[-1][1]
+        if lowercase:
+            result = _receive_object(self, buf, source, tag, status, describe)
         else:
             request = _Intracomm.Irecv(self, buf, source, tag)
             _poll_request(request, status, describe)
@@ -170,6 +168,36 @@ def _recv(name: str, lowercase: bool):
         return result
 
     return _named(method, base)
+
+
+def _receive_object(comm, buf, source, tag, status, describe):
+    """mpi4py's lowercase receive, polled: a matched probe, then the receive of that very message
+    (as mpi4py's ``recv`` does); with ``buf``, mpi4py's own deprecated form, which warns."""
+    if buf is None:
+        message = _poll_result(lambda: _improbe(comm, source, tag, status), _is_not_none, describe)
+        return message.recv(status)
+    _poll(lambda: _iprobe(comm, source, tag, status), describe)
+    return _lower_recv(comm, buf, status.Get_source(), status.Get_tag(), status)
+
+
+def _poll_result(call, done, describe):
+    """Poll ``call()`` until ``done(result)``; return that result."""
+    box = [None]
+
+    def test() -> bool:
+        box[0] = call()
+        return done(box[0])
+
+    _poll(test, describe)
+    return box[0]
+
+
+def _is_not_none(value) -> bool:
+    return value is not None
+
+
+def _first(value) -> bool:
+    return value[0]
 
 
 def _irecv(name: str, lowercase: bool):
@@ -210,15 +238,7 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
             sending = _Intracomm.isend(self, sendobj, dest, tag)
             sent = rec.pickled_out - out
             describe = _describer(self, name, "recv", source, recvtag, 0, where)
-            if recvbuf is None:
-                found = []
-                _poll(lambda: found.append(_Intracomm.improbe(self, source, recvtag, status))
-                      or found[-1] is not None, describe)
-                result = found[-1].recv(status)
-            else:
-                request, box = _Intracomm.irecv(self, recvbuf, source, recvtag), []
-                _poll(lambda: box.append(request.test(status)) or box[-1][0], describe)
-                result = box[-1][1]
+            result = _receive_object(self, recvbuf, source, recvtag, status, describe)
             _poll_request(sending, None, _describer(self, name, "send", dest, tag, sent, where))
             received = rec.pickled_in - into
         elif replace:
@@ -283,14 +303,14 @@ def _probe(name: str):
 
 def _agree(comm, name: str, root: int, where) -> None:
     """Every member says which collective it is in; a mismatch raises on all of them."""
-    code = _LOWER_COLLECTIVES.index(name)
+    code = _AGREED_CALLS.index(name)
     size = comm.Get_size()
     mine, everyone = array("i", [code, root]), array("i", [0] * (2 * size))
-    request = comm._mpinb_shadow.Iallgather(mine, everyone)
+    request = _shadow(comm).Iallgather(mine, everyone)
     _poll_request(request, None, _describer(comm, name, "collective", None, -1, 0, where, root))
     calls = {(everyone[2 * r], everyone[2 * r + 1]) for r in range(size)}
     if len(calls) > 1:
-        names = dict(enumerate(_LOWER_COLLECTIVES))
+        names = dict(enumerate(_AGREED_CALLS))
         groups: dict[str, list[int]] = {}
         members = _rec.comms.get(comm._mpinb_id) or list(range(size))
         for r in range(size):
@@ -311,6 +331,7 @@ def _ranks_text(ranks: list[int]) -> str:
 def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bool):
     base = getattr(_Intracomm, name)
     bcast = name.lower().lstrip("i") == "bcast"
+    barrier = name == "Barrier"
     polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
 
     def method(self, *args, **kwargs):
@@ -323,7 +344,10 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
             _agree(self, name, root, where)
             result = base(self, *args, **kwargs)
         elif polled is not None:
-            request = polled(self, *args, **kwargs)
+            # A barrier moves no data: it synchronizes on mpinb's copy of the communicator, so
+            # the user's own sequence of collectives is exactly the program's (MPICH matches
+            # nonblocking ones, such as the fault-tolerant Iagree, by that sequence).
+            request = polled(_shadow(self) if barrier else self, *args, **kwargs)
             _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
             result = None
         else:
@@ -354,6 +378,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
 # -- communicators -----------------------------------------------------------------------------
 
 _WORLD_GROUP = MPI.COMM_WORLD.Get_group()
+_children: dict[tuple, int] = {}  # (parent id, constructor kind) -> communicators made so far
 
 
 def _world_ranks(comm) -> list[int]:
@@ -364,37 +389,164 @@ def _world_ranks(comm) -> list[int]:
         group.Free()
 
 
-def _derived(name: str):
-    base = getattr(_Intracomm, name) if hasattr(_Intracomm, name) else getattr(MPI.Cartcomm, name)
+def _shadow(comm) -> MPI.Intracomm:
+    """mpinb's private copy of ``comm`` for its own agreement traffic, made on first need.
+
+    Made with a polled ``Idup``: it is collective, and the first lowercase collective or
+    constructor (which every member calls in the same order) is where every member makes it.
+    """
+    shadow = comm._mpinb_shadow
+    if shadow is None:
+        copy, request = _Intracomm.Idup(comm)
+        _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
+        shadow = comm._mpinb_shadow = _Intracomm(copy)  # a plain communicator: untraced
+    return shadow
+
+
+def _derived(name: str, owner=_Intracomm):
+    base = getattr(owner, name)
+    kind = "group" if name in LOCAL_DERIVING_CALLS else ""
 
     def method(self, *args, **kwargs):
+        where = _where()
+        start = _now()
+        if not kind:  # every member of self takes part: agree first, so that a mismatch can be seen
+            _agree(self, name, -1, where)
         new = base(self, *args, **kwargs)
-        # Every member calls a constructor in the same order, so the k-th child of a parent is
-        # the same communicator everywhere; its rank 0's world rank tells apart Split colours.
-        self._mpinb_children += 1
-        if new == MPI.COMM_NULL:
+        if _rec.on:
+            end = _now()
+            _rec.add((name, COLLECTIVE, self._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
+        if new == MPI.COMM_NULL or not isinstance(new, tuple(_TWIN_OF_CLASS)):
             return new
         members = _world_ranks(new)
-        cid = f"{self._mpinb_id}.{self._mpinb_children - 1}@{members[0]}"
+        # Every member makes its communicators from a parent in the same order, so counting them
+        # per parent names each one alike on all its members; Create_group is called by the
+        # group's members only, so it counts apart and its id names the members.
+        key = (self._mpinb_id, kind, tuple(members) if kind else ())
+        number = _children[key] = _children.get(key, -1) + 1
+        cid = (f"{self._mpinb_id}.group{number}[{_ranks_span(members)}]" if kind
+               else f"{self._mpinb_id}.{number}@{members[0]}")
         return traced(new, cid, members)
 
     return _named(method, base)
 
 
-def traced(comm, cid: str, members: list[int] | None = None):
-    """The traced twin of ``comm`` (sharing its handle), registered under id ``cid``."""
-    if isinstance(comm, MPI.Cartcomm):
-        twin = comm if isinstance(comm, TracedCartcomm) else TracedCartcomm(comm)
-    elif isinstance(comm, _Intracomm):
-        twin = comm if isinstance(comm, TracedIntracomm) else TracedIntracomm(comm)
-    else:
-        return comm  # intercommunicators and graph topologies are not traced
-    twin._mpinb_id = cid
-    twin._mpinb_children = 0
-    twin._mpinb_plain = comm  # keep mpi4py's object alive alongside the twin
-    twin._mpinb_shadow = _Intracomm.Dup(comm)  # for mpinb's own agreement traffic
-    _rec.comms[cid] = members if members is not None else _world_ranks(comm)
+def _ranks_span(ranks: list[int]) -> str:
+    from .._ranges import format_ranks
+
+    return format_ranks(ranks)
+
+
+def traced(comm, cid: str | None = None, members: list[int] | None = None, constant: bool = False):
+    """The traced twin of ``comm`` (sharing its handle), registered under id ``cid``.
+
+    ``constant`` twins stand for a predefined communicator (the world): ``free()`` leaves them,
+    ``Free()`` fails as it does on ``MPI.COMM_WORLD``, and they pickle by name.
+    """
+    twin_class = _TWIN_OF_CLASS.get(type(comm)) or next(
+        (twin for plain, twin in _TWIN_OF_CLASS.items() if isinstance(comm, plain)), None)
+    if twin_class is None:
+        return comm  # intercommunicators pass through untouched
+    twin = comm if isinstance(comm, _TWINS) else twin_class(comm)
+    twin._mpinb_id = cid if cid is not None else _handle_id(twin)
+    twin._mpinb_shadow = None
+    if constant:
+        twin._mpinb_constant = True
+        twin.__module__ = "mpi4py.MPI"  # pickle finds MPI.COMM_WORLD by name: this twin
+    _rec.comms[twin._mpinb_id] = members if members is not None else _world_ranks(twin)
     return twin
+
+
+def _handle_id(comm) -> str:
+    """An id for a communicator that reached user code around mpinb (``fromhandle``, ``Idup``)."""
+    return f"comm{comm.handle:x}@{_world_ranks(comm)[0]}"
+
+
+class _TwinClass(type):
+    """The class of a twin equals mpi4py's class it stands for (``type(c) == MPI.Cartcomm``),
+    and a twin class converts handles (``fromhandle``, ``f2py``, ``fromint``) into twins."""
+
+    _mpinb_plain: type
+
+    def __eq__(cls, other) -> bool:
+        return other is cls or other is cls.__dict__.get("_mpinb_plain", cls)
+
+    def __ne__(cls, other) -> bool:
+        return not cls == other
+
+    def __hash__(cls) -> int:
+        return hash(cls.__dict__.get("_mpinb_plain", cls)) if "_mpinb_plain" in cls.__dict__ else type.__hash__(cls)
+
+
+def _converter(name: str):
+    def convert(cls, value):
+        return cls._twin_of(getattr(cls._mpinb_plain, name)(value))
+    convert.__name__ = name
+    return classmethod(convert)
+
+
+class _TwinMixin:
+    """What every traced communicator adds to mpi4py's class: its id, and a private copy of
+    itself for mpinb's own traffic, freed together with it."""
+
+    _mpinb_shadow = None
+    _mpinb_constant = False
+    fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
+
+    @classmethod
+    def _twin_of(cls, comm):
+        return traced(comm)
+
+    def __getattr__(self, name: str):
+        # A twin that mpi4py made without mpinb (``Idup``, pickling) is registered the first
+        # time a traced call asks for its id.
+        if name == "_mpinb_id":
+            return traced(self)._mpinb_id
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def Free(self) -> None:
+        if self._mpinb_constant:
+            return _ORIGINAL_WORLD.Free()  # fails as freeing MPI.COMM_WORLD does
+        self._free_shadow()
+        super().Free()
+
+    def free(self) -> None:
+        if not self._mpinb_constant:  # mpi4py's free() leaves constants alone
+            self._free_shadow()
+            super().free()
+
+    def Disconnect(self) -> None:
+        if self._mpinb_constant:
+            return _ORIGINAL_WORLD.Disconnect()
+        self._free_shadow()
+        super().Disconnect()
+
+    def _free_shadow(self) -> None:
+        shadow, self._mpinb_shadow = self._mpinb_shadow, None
+        if shadow is not None:
+            shadow.Free()
+        _rec.forget(self.__dict__.get("_mpinb_id"))
+
+    def __reduce__(self):
+        if self._mpinb_constant:
+            return "COMM_WORLD"  # looked up in mpi4py.MPI (see ``traced``): this twin
+        return super().__reduce__()
+
+
+_ORIGINAL_WORLD = MPI.COMM_WORLD
+
+
+def _world():
+    """Unpickles mpi4py's own ``COMM_WORLD`` object, which pickle cannot find by name while
+    ``MPI.COMM_WORLD`` is the twin: the same handle, in whatever ``MPI.COMM_WORLD`` is now."""
+    return MPI.COMM_WORLD
+
+
+def _reduce_plain_intracomm(comm):
+    return (_world, ()) if comm is _ORIGINAL_WORLD else comm.__reduce__()
+
+
+copyreg.pickle(_Intracomm, _reduce_plain_intracomm)
 
 
 _P2P = {
@@ -414,7 +566,7 @@ _P2P = {
 
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
-_LOWER_COLLECTIVES = tuple(_ROOTS_LOWER)  # the same codes on every rank
+_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS)  # the same codes on every rank
 _ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,
@@ -425,23 +577,34 @@ _COLLECTIVES = {
     **{"I" + n[0].lower() + n[1:]: _collective("I" + n[0].lower() + n[1:], r, False, True)
        for n, r in _ROOTS_UPPER.items()},
 }
-_CONSTRUCTORS = {n: _derived(n) for n in DERIVING_CALLS}
+_METHODS = {**_P2P, **_COLLECTIVES, **{n: _derived(n) for n in DERIVING_CALLS}}
 
-TracedIntracomm = type("TracedIntracomm", (_Intracomm,), {
-    **_P2P, **_COLLECTIVES, **_CONSTRUCTORS,
-    "__doc__": "An ``MPI.Intracomm`` that records the MPI calls made through it.",
-    "__module__": __name__,
-})
-TracedCartcomm = type("TracedCartcomm", (MPI.Cartcomm,), {
-    **_P2P, **_COLLECTIVES, **{n: _derived(n) for n in CART_DERIVING_CALLS},
-    "__doc__": "An ``MPI.Cartcomm`` that records the MPI calls made through it.",
-    "__module__": __name__,
-})
+
+def _twin_class(plain: type, extra: dict) -> type:
+    # Named as mpi4py's own class (``type(comm).__name__`` is what it is under mpiexec); pickle
+    # finds it by that name in this module (see the aliases below).
+    return _TwinClass(plain.__name__, (_TwinMixin, plain), {
+        **_METHODS, **extra, "_mpinb_plain": plain,
+        "__doc__": f"An ``MPI.{plain.__name__}`` that records the MPI calls made through it.",
+        "__module__": __name__,
+    })
+
+
+TracedIntracomm = _twin_class(_Intracomm, {})
+TracedCartcomm = _twin_class(MPI.Cartcomm, {"Sub": _derived("Sub", MPI.Cartcomm)})
+TracedGraphcomm = _twin_class(MPI.Graphcomm, {})
+TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {})
+# most derived first: a Cartcomm is an Intracomm too
+_TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
+                  MPI.Distgraphcomm: TracedDistgraphcomm, _Intracomm: TracedIntracomm}
+_PLAIN_OF_TWIN = {twin: plain for plain, twin in _TWIN_OF_CLASS.items()}
+_TWINS = tuple(_PLAIN_OF_TWIN)
+Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm
 
 
 # -- requests ----------------------------------------------------------------------------------
 
-class _RequestMeta(type):
+class _RequestMeta(_TwinClass):
     """``isinstance(r, MPI.Request)`` stays true for every request once MPI.Request is ours."""
 
     def __instancecheck__(cls, obj) -> bool:
@@ -451,25 +614,33 @@ class _RequestMeta(type):
         return issubclass(sub, _Request) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
 
 
-def _originals(requests) -> list:
-    return [r._orig if type(r) is TracedRequest else r for r in requests]
-
-
 class TracedRequest(_Request, metaclass=_RequestMeta):
-    """A request of a traced call. Every operation goes to mpi4py's own request object (which
-    holds the buffers of lowercase calls); waits are polled, so they can be interrupted, and
-    completing a recorded request fills in its event (for a receive: actual source, tag, size)."""
+    """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
+    be interrupted), and whose completion fills in its call's event (for a receive: the actual
+    source, tag and size). A traced call's request takes over mpi4py's (its handle and the
+    buffers mpi4py keeps for it); one that user code makes (``MPI.Request(r)``) is a plain copy."""
+
+    _what: list | None = None   # the call that made it, for the status channel
+    _event: list | None = None  # its event, until completion fills it in
+    _lowercase = False
+    _mpinb_plain = _Request
+    fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
+
+    @classmethod
+    def _twin_of(cls, request):
+        return TracedRequest(request)
 
     @classmethod
     def _wrap(cls, request, event, lowercase: bool, recorded: bool = True) -> TracedRequest:
         twin = cls(request)
-        twin._orig = request
-        twin._what = event            # what the request is, for the status channel
+        twin._what = event
         twin._event = event if recorded else None
         twin._lowercase = lowercase
         return twin
 
     def _describe(self, where) -> dict:
+        if self._what is None:
+            return _waiting_on_nothing_known("Wait", where)
         op, kind, comm, peer, tag = self._what[:5]
         members = _rec.comms.get(comm)
         world_peer = members[peer] if members and isinstance(peer, int) and 0 <= peer < len(members) else peer
@@ -490,19 +661,18 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     # single request
     def Wait(self, status=None):
-        status = status if status is not None else MPI.Status()
+        mine = status if status is not None else MPI.Status()
         start, where = _now(), _where()
-        _poll_request(self._orig, status, lambda: self._describe(where))
-        self._finished("Wait", start, status, None, where)
+        _poll_request(self, mine, (self._describe, (where,)))
+        self._finished("Wait", start, mine, None, where)
         return True
 
     def wait(self, status=None):
-        status = status if status is not None else MPI.Status()
+        mine = status if status is not None else MPI.Status()
         start, where, before = _now(), _where(), _rec.pickled_in
-        box = []
-        _poll(lambda: box.append(self._orig.test(status)) or box[-1][0], lambda: self._describe(where))
-        self._finished("wait", start, status, _rec.pickled_in - before if self._lowercase else None, where)
-        return box[-1][1]
+        _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
+        self._finished("wait", start, mine, _rec.pickled_in - before if self._lowercase else None, where)
+        return value
 
     def _finished(self, name: str, start: float, status, received, where) -> None:
         if _rec.on and self._event is not None:
@@ -511,51 +681,30 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
             _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
 
     def Test(self, status=None):
-        status = status if status is not None else MPI.Status()
-        flag = self._orig.Test(status)
-        if flag and _rec.on:
-            self._done(status)
+        if self._event is None or not _rec.on:
+            return _Request.Test(self, status)
+        mine = status if status is not None else MPI.Status()
+        flag = _Request.Test(self, mine)
+        if flag:
+            self._done(mine)
         return flag
 
     def test(self, status=None):
-        status = status if status is not None else MPI.Status()
+        if self._event is None or not _rec.on:
+            return _Request.test(self, status)
+        mine = status if status is not None else MPI.Status()
         before = _rec.pickled_in
-        flag, value = self._orig.test(status)
-        if flag and _rec.on:
-            self._done(status, _rec.pickled_in - before if self._lowercase else None)
+        flag, value = _Request.test(self, mine)
+        if flag:
+            self._done(mine, _rec.pickled_in - before if self._lowercase else None)
         return flag, value
 
-    def Get_status(self, status=None):
-        return self._orig.Get_status(status)
-
-    def get_status(self, status=None):
-        return self._orig.get_status(status)
-
-    def Cancel(self):
-        return self._orig.Cancel()
-
-    def Free(self):
-        return self._orig.Free()
-
-    def __bool__(self) -> bool:
-        return bool(self._orig)
-
-    def __eq__(self, other) -> bool:
-        return self._orig == (other._orig if type(other) is TracedRequest else other)
-
-    def __ne__(self, other) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash(self._orig)
-
-    # many requests: polled through the originals
+    # many requests: polled
     @classmethod
     def Waitall(cls, requests, statuses=None):
         start, where = _now(), _where()
         statuses = _statuses_for(requests, statuses)
-        originals = _originals(requests)
-        _poll(lambda: _Request.Testall(originals, statuses), _many("Waitall", requests, where))
+        _poll(lambda: _Request.Testall(requests, statuses), _many("Waitall", requests, where))
         _done_all(requests, statuses)
         if _rec.on:
             _log_wait("Waitall", start, where)
@@ -564,15 +713,10 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def waitall(cls, requests, statuses=None):
         start, where = _now(), _where()
-        values = []
-        for i, request in enumerate(requests):
-            status = statuses[i] if statuses is not None and i < len(statuses) else MPI.Status()
-            if type(request) is TracedRequest:
-                values.append(request.wait(status))
-            else:
-                box = []
-                _poll(lambda: box.append(request.test(status)) or box[-1][0], _many("waitall", requests, where))
-                values.append(box[-1][1])
+        statuses = _statuses_for(requests, statuses)
+        _, values = _poll_result(lambda: _Request.testall(requests, statuses), _first,
+                                 _many("waitall", requests, where))
+        _done_all(requests, statuses)
         if _rec.on:
             _log_wait("waitall", start, where)
         return values
@@ -580,7 +724,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Testall(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        flag = _Request.Testall(_originals(requests), statuses)
+        flag = _Request.Testall(requests, statuses)
         if flag:
             _done_all(requests, statuses)
         return flag
@@ -588,7 +732,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def testall(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        flag, values = _Request.testall(_originals(requests), statuses)
+        flag, values = _Request.testall(requests, statuses)
         if flag:
             _done_all(requests, statuses)
         return flag, values
@@ -604,82 +748,141 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     @classmethod
     def Testany(cls, requests, status=None):
-        status = status if status is not None else MPI.Status()
-        index, flag = _Request.Testany(_originals(requests), status)
+        mine = status if status is not None or not _rec.on else MPI.Status()
+        index, flag = _Request.Testany(requests, mine)
         if flag:
-            _done_at(requests, index, status)
+            _done_at(requests, index, mine)
         return index, flag
 
     @classmethod
     def testany(cls, requests, status=None):
-        status = status if status is not None else MPI.Status()
-        index, flag, value = _Request.testany(_originals(requests), status)
+        mine = status if status is not None or not _rec.on else MPI.Status()
+        index, flag, value = _Request.testany(requests, mine)
         if flag:
-            _done_at(requests, index, status)
+            _done_at(requests, index, mine)
         return index, flag, value
 
     @classmethod
     def Waitsome(cls, requests, statuses=None):
-        statuses = statuses if statuses is not None else [MPI.Status() for _ in requests]
-        originals, box = _originals(requests), []
-        _poll(lambda: box.append(_Request.Testsome(originals, statuses)) or bool(box[-1]) or box[-1] is None,
-              _many("Waitsome", requests, _where()))
-        indices = box[-1]
-        for k, index in enumerate(indices or []):
-            _done_at(requests, index, statuses[k])
+        statuses = _statuses_for(requests, statuses)
+        indices = _poll_result(lambda: _Request.Testsome(requests, statuses), _some_done,
+                               _many("Waitsome", requests, _where()))
+        _done_some(requests, indices, statuses)
         return indices
 
     @classmethod
+    def waitsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices, values = _poll_result(lambda: _Request.testsome(requests, statuses), _first_some_done,
+                                       _many("waitsome", requests, _where()))
+        _done_some(requests, indices, statuses)
+        return indices, values
+
+    @classmethod
     def Testsome(cls, requests, statuses=None):
-        statuses = statuses if statuses is not None else [MPI.Status() for _ in requests]
-        indices = _Request.Testsome(_originals(requests), statuses)
-        for k, index in enumerate(indices or []):
-            _done_at(requests, index, statuses[k])
+        statuses = _statuses_for(requests, statuses)
+        indices = _Request.Testsome(requests, statuses)
+        _done_some(requests, indices, statuses)
         return indices
+
+    @classmethod
+    def testsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices, values = _Request.testsome(requests, statuses)
+        _done_some(requests, indices, statuses)
+        return indices, values
+
+
+Request = TracedRequest  # its name, as mpi4py's (cffi and users read ``MPI.Request.__name__``)
+Request.__name__ = Request.__qualname__ = "Request"
+
+
+def _plain_request(request) -> MPI.Request:
+    """Unpickles a copy of mpi4py's own Request class (pickle cannot name that class while
+    ``MPI.Request`` is the traced one)."""
+    return _Request(request)
+
+
+def _reduce_plain_request(request):
+    reduced = request.__reduce__()
+    if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is _Request:
+        return _plain_request, reduced[1][1:]
+    return reduced
+
+
+copyreg.pickle(_Request, _reduce_plain_request)
 
 
 def _wait_any(name: str, test_any, requests, status):
     """Poll ``test_any`` (mpi4py's ``Testany`` or ``testany``) until one request completes, and
     record it; returns what the successful test returned. ``_where(3)``: the user's line."""
     status = status if status is not None else MPI.Status()
-    originals, box = _originals(requests), []
-    _poll(lambda: box.append(test_any(originals, status)) or box[-1][1], _many(name, requests, _where(3)))
-    _done_at(requests, box[-1][0], status)
-    return box[-1]
+    found = _poll_result(lambda: test_any(requests, status), _second, _many(name, requests, _where(3)))
+    _done_at(requests, found[0], status)
+    return found
+
+
+def _second(value) -> bool:
+    return value[1]
+
+
+def _some_done(indices) -> bool:
+    """Testsome's answer: indices of completed requests, or None when none is active."""
+    return indices is None or bool(indices)
+
+
+def _first_some_done(value) -> bool:
+    return _some_done(value[0])
+
+
+def _waiting_on_nothing_known(name: str, where) -> dict:
+    return {"op": name, "kind": "wait", "comm": None, "members": None, "peer": None, "any_source": False,
+            "tag": -1, "bytes": 0, "root": None, "file": where[0], "line": where[1]}
 
 
 def _many(name: str, requests, where):
     """Describe a wait on several requests by the first one still pending."""
     def describe() -> dict:
         for request in requests:
-            if type(request) is TracedRequest and request._orig:
+            if type(request) is TracedRequest and request._what is not None and request:
                 state = request._describe(where)
                 state["op"] = f"{name} ({state['op']})"
                 return state
-        return {"op": name, "kind": "wait", "comm": None, "members": None, "peer": None, "any_source": False,
-                "tag": -1, "bytes": 0, "root": None, "file": where[0], "line": where[1]}
+        return _waiting_on_nothing_known(name, where)
     return describe
 
 
-def _statuses_for(requests, statuses) -> list:
-    """The caller's statuses, topped up so that every request's completion can be read."""
-    statuses = statuses if statuses is not None else []
-    while len(statuses) < len(requests):
-        statuses.append(MPI.Status())
+def _statuses_for(requests, statuses):
+    """The caller's statuses, untouched (mpi4py extends a short list, not a tuple); when the
+    caller passes none, statuses of our own while recording, to read each completion from."""
+    if statuses is None and _rec.on:
+        return [MPI.Status() for _ in requests]
     return statuses
 
 
 def _done_all(requests, statuses) -> None:
     """Fill in the events of the traced requests of a completed Waitall/Testall."""
     if _rec.on:
-        for request, status in zip(requests, statuses):
+        for index, request in enumerate(requests):
             if type(request) is TracedRequest:
-                request._done(status)
+                request._done(_status_at(statuses, index))
+
+
+def _status_at(statuses, index: int):
+    return statuses[index] if statuses is not None and index < len(statuses) else _UNKNOWN_STATUS
+
+
+_UNKNOWN_STATUS = MPI.Status()  # source and tag ANY, count 0: what an ignored status tells
 
 
 def _done_at(requests, index, status) -> None:
     if _rec.on and index is not None and index >= 0 and type(requests[index]) is TracedRequest:
-        requests[index]._done(status)
+        requests[index]._done(status if status is not None else _UNKNOWN_STATUS)
+
+
+def _done_some(requests, indices, statuses) -> None:
+    for k, index in enumerate(indices or []):
+        _done_at(requests, index, _status_at(statuses, k))
 
 
 def _log_wait(name: str, start: float, where) -> None:

@@ -8,7 +8,7 @@ from typing import Iterator
 from mpi4py import MPI
 
 from ._recorder import RECORDER, align_clock, count_pickled_bytes, polite_barrier
-from ._traced import TracedRequest, _Request, traced
+from ._traced import TracedRequest, _Request, _shadow, traced
 
 _plain_world = MPI.COMM_WORLD
 _traced_world = None
@@ -19,12 +19,13 @@ def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
-    _traced_world = traced(world, "world", list(range(world.Get_size())))
+    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     count_pickled_bytes()
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
     _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
+    _shadow(_traced_world)  # made now, while every rank is here, not in the user's first barrier
     align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
 
@@ -39,7 +40,8 @@ def reset(namespace: dict) -> None:
     old_plain, old_traced = _plain_world, _traced_world
     polite_barrier(_housekeeping)
     _plain_world = _housekeeping.Dup()
-    _traced_world = traced(_plain_world, "world", list(range(_plain_world.Get_size())))
+    _traced_world = traced(_plain_world, "world", list(range(_plain_world.Get_size())), constant=True)
+    _shadow(_traced_world)
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world

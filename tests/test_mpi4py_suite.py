@@ -1,0 +1,100 @@
+"""mpi4py's own test suite as the measure of fidelity: a pool runs it as plain ``mpiexec`` does.
+
+Each module of the installed mpi4py's ``test/`` runs on 2 ranks under plain ``mpiexec`` and
+through ``Pool.run_file`` in a long-lived pool: every module in one traced pool, then every
+module again in one untraced pool. The pool
+must run as many tests, fail none that ``mpiexec`` passes, lose no rank, and still answer a
+collective correctly afterwards. ``make test`` fetches the suite into ``.venv/mpi4py-suite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mpinb
+from mpinb.launch import find_mpiexec
+
+HERE = Path(__file__).parent
+RUNNER = HERE / "mpi4py_suite" / "runner.py"
+CACHE = HERE.parent / ".venv" / "mpi4py-suite"
+RANKS = 2
+MODULE_TIMEOUT = 120
+
+
+def _suite_dir() -> Path:
+    sys.path.insert(0, str(HERE / "mpi4py_suite"))
+    try:
+        from fetch import fetch
+    finally:
+        sys.path.pop(0)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    return fetch(CACHE)
+
+
+SUITE = _suite_dir()
+MODULES = sorted(p.stem for p in SUITE.glob("test_*.py"))
+_baseline: dict[str, list[dict]] = {}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * MODULE_TIMEOUT + 30)]
+
+
+def _reports(prefix: Path) -> list[dict]:
+    reports = []
+    for rank in range(RANKS):
+        path = Path(f"{prefix}.{rank}.json")
+        assert path.exists(), f"rank {rank} wrote no report (it died, or the module did not run)"
+        reports.append(json.loads(path.read_text()))
+        path.unlink()
+    return reports
+
+
+def under_mpiexec(module: str, workdir: Path) -> list[dict]:
+    """Each rank's report of the module under plain mpiexec (computed once per module)."""
+    if module not in _baseline:
+        prefix = workdir / f"{module}-mpiexec"
+        cmd = [find_mpiexec(), "-n", str(RANKS), sys.executable, str(RUNNER), str(SUITE), module, str(prefix)]
+        subprocess.run(cmd, cwd=workdir, capture_output=True, timeout=MODULE_TIMEOUT)
+        _baseline[module] = _reports(prefix)
+    return _baseline[module]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["traced", "untraced"])
+def suite_pool(request):
+    """One pool per pass, so that each module runs once per process, as under mpiexec (some
+    state lives as long as the process: mpi4py has 32 slots for user error handlers, ever)."""
+    with mpinb.Pool(RANKS) as pool:
+        yield pool, request.param
+
+
+@pytest.fixture(scope="module")
+def suite_workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mpi4py-suite")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_runs_as_under_mpiexec(module, suite_pool, suite_workdir, monkeypatch):
+    pool, traced = suite_pool
+    monkeypatch.chdir(suite_workdir)  # some modules write files into the working directory
+    expected = under_mpiexec(module, suite_workdir)
+    prefix = suite_workdir / f"{module}-pool"
+    result = pool.run_file(RUNNER, args=[SUITE, module, prefix], timeout=MODULE_TIMEOUT,
+                           check=False, trace=traced)
+    assert result.ok, "the runner itself failed in the pool:\n" + "\n".join(
+        f.traceback for f in result.errors.values())
+    got = _reports(prefix)
+    for rank in range(RANKS):
+        want, have = expected[rank], got[rank]
+        assert have["ran"] == want["ran"], f"rank {rank} ran {have['ran']} tests, mpiexec {want['ran']}"
+        broken = {test: have["details"].get(test, have["outcomes"].get(test, "missing"))
+                  for test, outcome in want["outcomes"].items()
+                  if outcome == "ok" and have["outcomes"].get(test) != "ok"}
+        assert not broken, f"rank {rank}: passes under mpiexec, not in the pool:\n" + "\n".join(
+            f"{test}:\n{why}" for test, why in broken.items())
+    after = pool.run("comm.allreduce(1)")
+    assert after.value == {r: RANKS for r in range(RANKS)}, "the pool no longer answers a collective"
