@@ -11,7 +11,8 @@ import pytest
 import mpinb
 from mpinb import session
 
-POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy", "mpinb._watchdog")
+POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
+                "mpinb/_watchdog.py", "mpinb/_controller_main.py", "mpinb/rank/_engine_main.py")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 
 

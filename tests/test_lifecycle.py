@@ -109,3 +109,26 @@ def test_launcher_options_reach_ipyparallel_launcher():
         (engine_set,) = pool._cluster.engines.values()
         assert engine_set.stop_seconds_until_kill == 2
         assert pool.run("rank").value == {0: 0}
+
+
+def test_the_notebook_process_never_initializes_mpi(tmp_path):
+    """Only the ranks run MPI: a singleton MPI_Init in the notebook hangs under Slurm or Open MPI."""
+    script = tmp_path / "script.py"
+    script.write_text("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n")
+    code = textwrap.dedent(f"""
+        import sys
+        import mpinb, mpinb.pool, mpinb.magics, mpinb.kernel, mpinb.session, mpinb.grading
+        import mpinb.doctor, mpinb.cli, mpinb.trace, mpinb.widgets, mpinb.train, mpinb.rank
+        with mpinb.Pool(2) as pool:
+            res = pool.run("comm.allreduce(rank)")
+            res.trace.summary(), res.trace.messages(), res.trace.matrix(), res.trace.collectives()
+            pool.run_file({str(script)!r})
+        assert "mpi4py.MPI" not in sys.modules, "the notebook process imported mpi4py.MPI"
+        import mpi4py
+        mpi4py.rc.initialize = False  # so that this check cannot initialize MPI itself
+        from mpi4py import MPI
+        print(res.value, MPI.Is_initialized())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{0: 1, 1: 1} False"

@@ -1,6 +1,46 @@
-"""Code that runs inside each MPI rank of the pool (an ipyparallel engine)."""
+"""Code that runs inside each MPI rank of the pool (an ipyparallel engine).
 
-from ._execute import run_cell, run_file
-from ._setup import hello, init, reset
+The notebook names these functions (ipyparallel sends them by reference) but never runs them, and
+importing this package imports nothing else: mpi4py's import initializes MPI, which the notebook
+process must never do (a singleton MPI_Init inside a Slurm allocation, or under Open MPI, hangs or
+leaves daemons behind).
+"""
+
+from __future__ import annotations
 
 __all__ = ["hello", "init", "reset", "run_cell", "run_file"]
+
+
+def init() -> None:
+    """Set up this rank when the pool starts (see :func:`._setup.init`)."""
+    from ._setup import init
+
+    init()
+
+
+def hello() -> dict:
+    """Who this rank is (see :func:`._setup.hello`)."""
+    from ._setup import hello
+
+    return hello()
+
+
+def reset() -> bool:
+    """A fresh world after an aborted run (see :func:`._setup.reset`)."""
+    from ._setup import reset
+
+    return reset()
+
+
+def run_cell(source: str, filename: str, limits: dict) -> dict:
+    """Run a cell on this rank (see :func:`._execute.run_cell`)."""
+    from ._execute import run_cell
+
+    return run_cell(source, filename, limits)
+
+
+def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: dict) -> dict:
+    """Run a script on this rank as mpiexec would (see :func:`._execute.run_file`)."""
+    from ._execute import run_file
+
+    return run_file(path, args, stdin, cwd, limits)
