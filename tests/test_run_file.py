@@ -83,3 +83,25 @@ def test_finalize_in_a_script_does_not_end_the_pool(pool4, tmp_path):
     script.write_text("from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\nMPI.Finalize()\n")
     pool4.run_file(script)
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_each_run_imports_the_scripts_modules_anew(pool4, tmp_path):
+    """As under mpiexec, where every run is a new process: an edited helper is seen, and its
+    module-level communicator is this run's (traced) world; the cells' own import is kept."""
+    (tmp_path / "mod_helper.py").write_text("from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nVALUE = 1\n")
+    script = tmp_path / "uses_helper.py"
+    script.write_text(
+        "import mod_helper\nfrom mpi4py import MPI\n"
+        "print(mod_helper.VALUE, mod_helper.comm is MPI.COMM_WORLD, type(mod_helper.comm).__module__)\n"
+    )
+    pool4.run(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport mod_helper as cells_helper")
+    try:
+        first = pool4.run_file(script, trace=False)
+        (tmp_path / "mod_helper.py").write_text("from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nVALUE = 2\n")
+        second = pool4.run_file(script)
+        assert set(first.stdout.values()) == {"1 True mpi4py.MPI\n"}
+        assert set(second.stdout.values()) == {"2 True mpinb.rank._traced\n"}
+        kept = pool4.run("import mod_helper\n(mod_helper is cells_helper, mod_helper.VALUE)")
+        assert set(kept.value.values()) == {(True, 1)}
+    finally:
+        pool4.run(f"sys.path.remove({str(tmp_path)!r})\nsys.modules.pop('mod_helper', None)\ndel cells_helper")

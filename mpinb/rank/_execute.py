@@ -41,7 +41,7 @@ def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: di
     """Run a script as ``mpiexec python path *args`` would: ``__main__``, argv, cwd, stdin on rank 0."""
 
     def script() -> None:
-        with _as_main_program(path, args, stdin, cwd):
+        with _as_main_program(path, args, stdin, cwd), _fresh_user_modules():
             runpy.run_path(path, run_name="__main__")
 
     return _run(script, path, limits)
@@ -132,6 +132,50 @@ def _as_main_program(path: str, args: list[str], stdin: str | None, cwd: str) ->
     finally:
         sys.argv, sys.path[:], sys.stdin, builtins.input = saved[0], saved[1], saved[2], saved[3]
         os.chdir(saved[4])
+
+
+@contextmanager
+def _fresh_user_modules() -> Iterator[None]:
+    """A run imports the user's own modules anew, as a new process under mpiexec would: an edit
+    to a helper shows, and its ``comm = MPI.COMM_WORLD`` is this run's world. Afterwards the
+    ranks' modules are what they were, so the notebook's own imports are untouched. Libraries
+    (the standard library, installed packages, mpinb) are kept: importing them again costs time,
+    and some extension modules (numpy's) refuse to load twice."""
+    hidden = {name: module for name, module in list(sys.modules.items()) if _is_users(module)}
+    for name in hidden:
+        del sys.modules[name]
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        for name in [n for n, module in list(sys.modules.items()) if n not in before and _is_users(module)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
+
+
+def _library_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    paths.add(os.path.dirname(_HERE))  # mpinb itself (an editable install lives elsewhere)
+    return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
+
+
+_LIBRARIES: tuple[str, ...] = ()
+
+
+def _is_users(module: object) -> bool:
+    """Whether a module is the user's own code: it has a file, outside every library folder."""
+    global _LIBRARIES
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return False
+    if not _LIBRARIES:
+        _LIBRARIES = _library_roots()
+    return not os.path.realpath(path).startswith(_LIBRARIES)
 
 
 def _input_from_stdin(prompt: object = "") -> str:
