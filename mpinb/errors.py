@@ -52,11 +52,12 @@ class RankError(RuntimeError):
         by_wait: dict[str, list[int]] = {}
         for rank in released:
             waiting = self.failures[rank].waiting
-            what = (f"were waiting in {_short_wait(waiting)}" if waiting
-                    else "were stopped (they were not waiting in MPI)")
+            what = (f"waiting in {_short_wait(waiting)}" if waiting
+                    else "stopped (not waiting in MPI)")
             by_wait.setdefault(what, []).append(rank)
         for what, ranks in by_wait.items():
-            lines.append(f"{format_ranks(ranks, word=True)} {what}")
+            verb = "was" if len(ranks) == 1 else "were"
+            lines.append(f"{format_ranks(ranks, word=True)} {verb} {what}")
         fine = [r for r in self.result.ranks if r not in self.failures]
         if fine:
             lines.append(f"{format_ranks(fine, word=True)} finished without error")

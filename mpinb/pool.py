@@ -244,7 +244,7 @@ class Pool:
         hello = self._client[:].apply_async(_rank.hello).get(timeout=self.start_timeout)
         for engine_id, info in zip(self._client.ids, hello):
             if not info["ready"]:
-                raise PoolStartError(f"rank {info['rank']} did not initialise (see its log below).")
+                raise PoolStartError(f"rank {info['rank']} did not initialise: {info['failure'] or 'see its log below.'}")
             if info["size"] != n:
                 raise PoolStartError(
                     f"the ranks are not one MPI world: engine {engine_id} has a world of size "

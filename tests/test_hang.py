@@ -180,3 +180,44 @@ def test_the_kernels_stop_button_interrupts_a_deadlocked_cell(existing_pools):
         client.stop_channels()
         manager.shutdown_kernel(now=False)
     assert not wait_until_gone(15, existing_pools)
+
+
+COLLECTIVE_FAILURES = {
+    # what fails, on which ranks: (cell, failing ranks, exception type, where the others waited:
+    # None when they finished, as senders to a gather do)
+    "lowercase reduction": ("comm.allreduce('a' if rank == 0 else 1)", [0], "TypeError", "allreduce"),
+    "lowercase pickling": ("import threading\ncomm.allgather(threading.Lock() if rank == 2 else rank)",
+                           [2], "TypeError", "allgather"),
+    "lowercase unpickling": ("class Bad:\n    def __reduce__(self):\n        return (int, ('x',))\n"
+                             "comm.gather(Bad() if rank == 3 else rank, root=1)", [1], "ValueError", None),
+    "uppercase buffer": ("out = np.zeros(4)\ncomm.Allreduce(np.ones(4) if rank != 1 else 'no buffer', out)",
+                         [1], "TypeError", "Allreduce"),
+    "lowercase on a Split": ("half = comm.Split(rank % 2)\nhalf.reduce('a' if rank == 1 else rank, root=1)",
+                             [1], "TypeError", "reduce"),
+}
+
+
+@pytest.mark.parametrize("case", COLLECTIVE_FAILURES, ids=list(COLLECTIVE_FAILURES))
+def test_an_error_inside_a_collective_is_reported_and_the_pool_goes_on(pool4, case):
+    code, failing, error, others_in = COLLECTIVE_FAILURES[case]
+    began = time.monotonic()
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run(code, timeout=20)
+    assert time.monotonic() - began < 5, "the other ranks are released at once, not at the timeout"
+    (ranks, failure), = info.value.groups()  # the ranks that were released are not failures
+    assert (ranks, failure.type) == (failing, error)
+    said = str(info.value)
+    assert (f"waiting in {others_in} (line" in said) if others_in else ("finished without error" in said)
+    # no restart: the same ranks answer, on the world and on a communicator made before the failure
+    res = pool4.run("half = comm.Split(rank % 2)\n(comm.allreduce(rank), half.allgather(rank), half.bcast(rank, root=1))")
+    assert res.value == {r: (6, [r % 2, r % 2 + 2], r % 2 + 2) for r in range(4)}
+
+
+def test_a_derived_communicator_survives_a_failure_before_its_collective(pool4):
+    """Rank 0 fails before the collective that the others already wait in: afterwards the same
+    communicator carries collectives again (mpinb's agreement on it starts afresh)."""
+    pool4.run("pair = comm.Split(rank // 2)")
+    with pytest.raises(mpinb.RankError):
+        pool4.run("if rank == 0:\n    raise ValueError('early')\npair.allreduce(rank)", timeout=20)
+    res = pool4.run("pair.allreduce(rank), pair.bcast(rank)")
+    assert res.value == {0: (1, 0), 1: (1, 0), 2: (5, 2), 3: (5, 2)}

@@ -8,10 +8,24 @@ import socket
 import sys
 
 _ready = False
+_failure = ""  # the traceback of a failed start-up, for the pool to show
 
 
 def init() -> None:
-    """Fill the user's namespace with ``MPI, comm, rank, size, np`` (run by the engine at start-up)."""
+    """Fill the user's namespace with ``MPI, comm, rank, size, np`` (run by the engine at start-up).
+
+    A failure is kept for :func:`hello`: ipyparallel only logs a failed start-up command."""
+    global _failure
+    try:
+        _init()
+    except BaseException:
+        import traceback
+
+        _failure = traceback.format_exc()
+        raise
+
+
+def _init() -> None:
     global _ready
     from IPython import get_ipython
     from mpi4py import MPI
@@ -62,6 +76,7 @@ def hello() -> dict:
     world = MPI.COMM_WORLD
     return {
         "ready": _ready,
+        "failure": _failure,
         "rank": world.Get_rank(),
         "size": world.Get_size(),
         "host": socket.gethostname(),

@@ -24,6 +24,7 @@ from array import array
 
 from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
                        SEND, WAIT)
+from . import _objects as _objects_module
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -301,27 +302,72 @@ def _probe(name: str):
 
 # -- collectives -------------------------------------------------------------------------------
 
+def _exchange(comm, name: str, where, root) -> _objects_module.Exchange:
+    """The messages of one collective call on ``comm``'s shadow, under a tag of their own.
+
+    Members count their calls alike, so the k-th call has the same tag everywhere. After an
+    aborted run (a new epoch) every count starts again: the aborted call may have been counted
+    by some members only, and what it left in flight carries the old epoch's tags.
+    """
+    if comm._mpinb_epoch != _epoch:
+        comm._mpinb_epoch, comm._mpinb_calls = _epoch, 0
+    comm._mpinb_calls += 1
+    tag = 1 + (_epoch * _CALLS_PER_EPOCH + comm._mpinb_calls) % _TAG_SPAN
+    return _objects_module.Exchange(_shadow(comm), tag, _describer(comm, name, "collective", None, -1, 0,
+                                                                   where, root))
+
+
+_epoch = 0
+_CALLS_PER_EPOCH = 2**20
+_TAG_SPAN = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30) - 1
+
+
+def new_epoch() -> None:
+    """After an aborted run (every rank calls this): mpinb's traffic starts afresh everywhere."""
+    global _epoch
+    _epoch += 1
+
+
 def _agree(comm, name: str, root: int, where) -> None:
-    """Every member says which collective it is in; a mismatch raises on all of them."""
-    code = _AGREED_CALLS.index(name)
-    size = comm.Get_size()
-    mine, everyone = array("i", [code, root]), array("i", [0] * (2 * size))
-    request = _shadow(comm).Iallgather(mine, everyone)
-    _poll_request(request, None, _describer(comm, name, "collective", None, -1, 0, where, root))
-    calls = {(everyone[2 * r], everyone[2 * r + 1]) for r in range(size)}
-    if len(calls) > 1:
-        names = dict(enumerate(_AGREED_CALLS))
+    """Every member says which collective it is in; a mismatch raises on all of them.
+
+    Point-to-point messages, polled: a member that never comes leaves nothing pending that
+    could derail a later call. The agreement also synchronizes, so it is all a barrier needs.
+    """
+    if comm.Get_size() == 1:
+        return
+    exchange = _exchange(comm, name, where, root)
+    code = _AGREED_CALLS.index(_AGREED_AS.get(name, name))
+    records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+    exchange.finish()
+    calls = [tuple(array("i", record)) for record in records]
+    if len(set(calls)) > 1:
         groups: dict[str, list[int]] = {}
-        members = _rec.comms.get(comm._mpinb_id) or list(range(size))
-        for r in range(size):
-            op, op_root = everyone[2 * r], everyone[2 * r + 1]
-            label = names.get(op, "?") + (f" (root {op_root})" if op_root >= 0 else "")
+        members = _rec.comms.get(comm._mpinb_id) or list(range(len(calls)))
+        for r, (op, op_root) in enumerate(calls):
+            label = _AGREED_CALLS[op] + (f" (root {op_root})" if op_root >= 0 else "")
             groups.setdefault(label, []).append(members[r])
         said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
         raise RuntimeError(
             f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
             "communicator must call the same collectives, with the same root, in the same order."
         )
+
+
+_AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
+
+
+def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
+    """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``)."""
+    exchange = _exchange(comm, name, where, root)
+    with MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra")):  # mpi4py's thread lock
+        result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
+    exchange.finish()
+    return result
+
+
+# The key under which mpi4py locks a communicator for each lowercase collective.
+_LOCKED_AS = {name: name for name in ("bcast", "gather", "scatter", "allgather", "alltoall")}
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -331,7 +377,7 @@ def _ranks_text(ranks: list[int]) -> str:
 def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bool):
     base = getattr(_Intracomm, name)
     bcast = name.lower().lstrip("i") == "bcast"
-    barrier = name == "Barrier"
+    agreed_only = name in ("barrier", "Barrier")  # a barrier moves no data: the agreement is all
     polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
 
     def method(self, *args, **kwargs):
@@ -340,14 +386,18 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         where = _where()
         out, into = rec.pickled_out, rec.pickled_in
         start = _now()
-        if lowercase:
+        if agreed_only:
+            # on mpinb's copy of the communicator: the user's own sequence of collectives stays
+            # the program's (MPICH matches nonblocking ones, such as Iagree, by that sequence)
+            if args or kwargs:
+                raise TypeError(f"{name}() takes no arguments")
             _agree(self, name, root, where)
-            result = base(self, *args, **kwargs)
+            result = None
+        elif lowercase:
+            _agree(self, name, root, where)
+            result = _objects(self, name, args, kwargs, where, root)
         elif polled is not None:
-            # A barrier moves no data: it synchronizes on mpinb's copy of the communicator, so
-            # the user's own sequence of collectives is exactly the program's (MPICH matches
-            # nonblocking ones, such as the fault-tolerant Iagree, by that sequence).
-            request = polled(_shadow(self) if barrier else self, *args, **kwargs)
+            request = polled(self, *args, **kwargs)
             _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
             result = None
         else:
@@ -390,10 +440,11 @@ def _world_ranks(comm) -> list[int]:
 
 
 def _shadow(comm) -> MPI.Intracomm:
-    """mpinb's private copy of ``comm`` for its own agreement traffic, made on first need.
+    """mpinb's private copy of ``comm``: its own traffic never touches the user's communicators.
 
-    Made with a polled ``Idup``: it is collective, and the first lowercase collective or
-    constructor (which every member calls in the same order) is where every member makes it.
+    Twins made by mpinb get theirs when they are made (see ``traced``); one that reached user code
+    around mpinb (``type(comm).fromhandle``, ``Idup``) makes it on first need, with a polled
+    ``Idup`` at the first collective, which every member calls in the same order.
     """
     shadow = comm._mpinb_shadow
     if shadow is None:
@@ -449,7 +500,8 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
         return comm  # intercommunicators pass through untouched
     twin = comm if isinstance(comm, _TWINS) else twin_class(comm)
     twin._mpinb_id = cid if cid is not None else _handle_id(twin)
-    twin._mpinb_shadow = None
+    # Made while every member is here: it has just made the communicator (or started the pool).
+    twin._mpinb_shadow = _Intracomm(_Intracomm.Dup(twin)) if cid is not None else None
     if constant:
         twin._mpinb_constant = True
         twin.__module__ = "mpi4py.MPI"  # pickle finds MPI.COMM_WORLD by name: this twin
@@ -491,6 +543,7 @@ class _TwinMixin:
 
     _mpinb_shadow = None
     _mpinb_constant = False
+    _mpinb_epoch, _mpinb_calls = -1, 0  # collective calls counted for tags (see ``_exchange``)
     fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
 
     @classmethod
@@ -542,8 +595,21 @@ def _world():
     return MPI.COMM_WORLD
 
 
+def _copy_of_world():
+    """Unpickles ``MPI.Intracomm(MPI.COMM_WORLD)``, also once the world is a fresh one."""
+    return _Intracomm(MPI.COMM_WORLD)
+
+
 def _reduce_plain_intracomm(comm):
-    return (_world, ()) if comm is _ORIGINAL_WORLD else comm.__reduce__()
+    # Twins reach here too: their class equals (and hashes as) mpi4py's, so pickle's
+    # dispatch table finds this entry for them.
+    if isinstance(comm, _TwinMixin):
+        return comm.__reduce__()
+    if comm is _ORIGINAL_WORLD:
+        return _world, ()
+    if comm == MPI.COMM_WORLD:  # a plain copy of the world's handle (after a reset, not named)
+        return _copy_of_world, ()
+    return comm.__reduce__()
 
 
 copyreg.pickle(_Intracomm, _reduce_plain_intracomm)

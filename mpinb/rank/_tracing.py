@@ -8,7 +8,7 @@ from typing import Iterator
 from mpi4py import MPI
 
 from ._recorder import RECORDER, align_clock, count_pickled_bytes, polite_barrier
-from ._traced import TracedRequest, _Request, _shadow, traced
+from ._traced import TracedRequest, _Request, new_epoch, traced
 
 _plain_world = MPI.COMM_WORLD
 _traced_world = None
@@ -19,13 +19,12 @@ def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
-    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     count_pickled_bytes()
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
+    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
-    _shadow(_traced_world)  # made now, while every rank is here, not in the user's first barrier
     align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
 
@@ -34,14 +33,15 @@ def reset(namespace: dict) -> None:
     """A fresh world after an aborted run (collective over all ranks).
 
     Messages that the aborted run left in flight belong to the old world's context, so they can
-    never match a receive on the new one. Communicators the user derived earlier keep theirs.
+    never match a receive on the new one. Communicators the user derived earlier keep their
+    context (their own collectives and messages), but mpinb's traffic on them starts afresh.
     """
     global _plain_world, _traced_world
     old_plain, old_traced = _plain_world, _traced_world
     polite_barrier(_housekeeping)
+    new_epoch()
     _plain_world = _housekeeping.Dup()
     _traced_world = traced(_plain_world, "world", list(range(_plain_world.Get_size())), constant=True)
-    _shadow(_traced_world)
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world
