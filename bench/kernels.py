@@ -59,3 +59,14 @@ def allreduce(nbytes, rounds, repeats=5):
         return (time.perf_counter() - start) / rounds
 
     return best(run, repeats)
+
+
+def tracing_figures():
+    """The figures compared with tracing on and off (see ``trace_kernels.py``)."""
+    return {
+        "latency_us": pingpong(1000) * 1e6,
+        "latency_lowercase_us": pingpong(1000, lowercase=True) * 1e6,
+        "bandwidth_8mb_gbs": 8 * 2**20 / pingpong(10, 8 * 2**20) / 1e9,
+        "allreduce_1mb_ms": allreduce(2**20, 20) * 1e3,
+        "allreduce_16kb_ms": allreduce(2**14, 50) * 1e3,
+    }

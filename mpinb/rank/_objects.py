@@ -33,9 +33,11 @@ class Exchange:
         self.shadow, self.tag, self.describe = shadow, tag, describe
         self.rank, self.size = shadow.Get_rank(), shadow.Get_size()
         self.sends: list[MPI.Request] = []
+        self.sent = self.received = 0  # bytes, for the trace
 
     def send(self, data: bytes, dest: int) -> None:
         self.sends.append(_Intracomm.Isend(self.shadow, [data, _BYTE], dest, self.tag))
+        self.sent += len(data)
 
     def recv(self, source: int) -> bytearray:
         status = MPI.Status()
@@ -48,6 +50,7 @@ class Exchange:
         _poll(arrived, self.describe)
         data = bytearray(status.Get_count(_BYTE))
         box[0].Recv([data, _BYTE])
+        self.received += len(data)
         return data
 
     def finish(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import time
 
 from mpi4py import MPI
@@ -20,8 +19,6 @@ class Recorder:
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
         self._freed: list[str] = []  # communicators freed while recording: forgotten at stop
-        self.pickled_out = 0  # bytes produced by mpi4py's pickling (lowercase sends)
-        self.pickled_in = 0   # bytes consumed by its unpickling (lowercase receives)
         self.clock_offset = 0.0  # add to this rank's clock to get rank 0's
         self._began = 0.0
 
@@ -65,22 +62,6 @@ class Recorder:
 
 
 RECORDER = Recorder()
-
-
-def _counting_dumps(obj, protocol=None):
-    data = pickle.dumps(obj, protocol)
-    RECORDER.pickled_out += len(data)
-    return data
-
-
-def _counting_loads(data):
-    RECORDER.pickled_in += len(data)
-    return pickle.loads(data)
-
-
-def count_pickled_bytes() -> None:
-    """Let mpi4py's object pickling report sizes, so lowercase calls get byte counts for free."""
-    MPI.pickle.__init__(_counting_dumps, _counting_loads)
 
 
 def polite_barrier(comm: MPI.Intracomm, pause: float = 0.002) -> None:

@@ -116,23 +116,28 @@ _NONBLOCKING_SEND = {"send": "isend", "ssend": "issend", "bsend": "ibsend", "Sen
 def _send(name: str, lowercase: bool, nonblocking: bool):
     base = getattr(_Intracomm, name)
     post = base if nonblocking else getattr(_Intracomm, _NONBLOCKING_SEND[name])
+    if lowercase:  # the uppercase call that sends the pickle's bytes
+        post = getattr(_Intracomm, _NONBLOCKING_SEND.get(name, name).capitalize())
 
     def method(self, *args, **kwargs):
         rec = _rec
         recording = rec.on
-        before = rec.pickled_out
         start = _now()
-        request = post(self, *args, **kwargs)
-        posted = _now()
-        size = rec.pickled_out - before if lowercase else _nbytes(_arg(args, kwargs, 0, "buf"))
         dest, tag = _arg(args, kwargs, 1, "dest"), _arg(args, kwargs, 2, "tag", 0)
+        if lowercase:
+            request, size = _post_object(self, post, _arg(args, kwargs, 0, "obj"), dest, tag)
+        else:
+            request = post(self, *args, **kwargs)
+            size = _nbytes(_arg(args, kwargs, 0, "buf"))
+        posted = _now()
         where = _where()
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, _NAN, posted, *where]
             if recording:
                 rec.add(event)
-            return TracedRequest._wrap(request, event, False, recording)
-        _poll_request(request, None, _describer(self, name, "send", dest, tag, size, where))
+            return TracedRequest._wrap(request, event, recording)
+        if not request.Test():  # most small sends are done at once: nothing more to set up
+            _poll_request(request, None, _describer(self, name, "send", dest, tag, size, where))
         if recording:
             end = _now()
             rec.add((name, SEND, self._mpinb_id, dest, tag, size, 0, start, end, end, *where))
@@ -152,18 +157,18 @@ def _recv(name: str, lowercase: bool):
         tag = _arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         buf = _arg(args, kwargs, 0, "buf")
         where = _where()
-        describe = _describer(self, name, "recv", source, tag, _nbytes(buf), where)
-        before = rec.pickled_in
+        describe = (_describe_receive, (self, name, source, tag, buf, where))
         start = _now()
         if lowercase:
             result = _receive_object(self, buf, source, tag, status, describe)
         else:
             request = _Intracomm.Irecv(self, buf, source, tag)
-            _poll_request(request, status, describe)
+            if not request.Test(status):
+                _poll_request(request, status, describe)
             result = None
         if rec.on:
             end = _now()
-            size = rec.pickled_in - before if lowercase else status.Get_count(_BYTE)
+            size = status.Get_count(_BYTE)  # for lowercase calls, the pickle's size
             rec.add((name, RECV, self._mpinb_id, status.Get_source(), status.Get_tag(), 0, size,
                      start, end, end, *where))
         return result
@@ -171,11 +176,24 @@ def _recv(name: str, lowercase: bool):
     return _named(method, base)
 
 
+def _post_object(comm, post, obj, dest, tag):
+    """A lowercase send as mpi4py puts it on the wire: the pickle (mpi4py's serializer, as the
+    user configured it) sent as bytes. Returns the request and the pickle's size."""
+    data = MPI.pickle.dumps(obj) if dest != MPI.PROC_NULL else b""
+    return post(comm, [data, _BYTE], dest, tag), len(data)
+
+
+def _describe_receive(comm, name, source, tag, buf, where) -> dict:
+    return _describe(comm, name, "recv", source, tag, _nbytes(buf), where, None)
+
+
 def _receive_object(comm, buf, source, tag, status, describe):
     """mpi4py's lowercase receive, polled: a matched probe, then the receive of that very message
     (as mpi4py's ``recv`` does); with ``buf``, mpi4py's own deprecated form, which warns."""
     if buf is None:
-        message = _poll_result(lambda: _improbe(comm, source, tag, status), _is_not_none, describe)
+        message = _improbe(comm, source, tag, status)
+        if message is None:
+            message = _poll_result(lambda: _improbe(comm, source, tag, status), _is_not_none, describe)
         return message.recv(status)
     _poll(lambda: _iprobe(comm, source, tag, status), describe)
     return _lower_recv(comm, buf, status.Get_source(), status.Get_tag(), status)
@@ -214,7 +232,7 @@ def _irecv(name: str, lowercase: bool):
         event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, _NAN, end, *_where()]
         if rec.on:
             rec.add(event)
-        return TracedRequest._wrap(request, event, lowercase, rec.on)
+        return TracedRequest._wrap(request, event, rec.on)
 
     return _named(method, base)
 
@@ -232,16 +250,14 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
         source = _arg(args, kwargs, source_at, "source", MPI.ANY_SOURCE)
         recvtag = _arg(args, kwargs, recvtag_at, "recvtag", MPI.ANY_TAG)
         where = _where()
-        out, into = rec.pickled_out, rec.pickled_in
         start = _now()
         if lowercase:
             sendobj, recvbuf = _arg(args, kwargs, 0, "sendobj"), _arg(args, kwargs, 3, "recvbuf")
-            sending = _Intracomm.isend(self, sendobj, dest, tag)
-            sent = rec.pickled_out - out
+            sending, sent = _post_object(self, _Intracomm.Isend, sendobj, dest, tag)
             describe = _describer(self, name, "recv", source, recvtag, 0, where)
             result = _receive_object(self, recvbuf, source, recvtag, status, describe)
             _poll_request(sending, None, _describer(self, name, "send", dest, tag, sent, where))
-            received = rec.pickled_in - into
+            received = status.Get_count(_BYTE)
         elif replace:
             call_args = tuple(a for i, a in enumerate(args) if i != status_at)
             call_kwargs = {k: v for k, v in kwargs.items() if k != "status"}
@@ -358,12 +374,13 @@ _AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
 
 
 def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
-    """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``)."""
+    """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``):
+    its result, and the bytes this rank sent and received."""
     exchange = _exchange(comm, name, where, root)
     with MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra")):  # mpi4py's thread lock
         result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
     exchange.finish()
-    return result
+    return result, exchange.sent, exchange.received
 
 
 # The key under which mpi4py locks a communicator for each lowercase collective.
@@ -384,8 +401,8 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         rec = _rec
         root = -1 if root_at is None else _arg(args, kwargs, root_at, "root", 0)
         where = _where()
-        out, into = rec.pickled_out, rec.pickled_in
         start = _now()
+        sent = received = 0
         if agreed_only:
             # on mpinb's copy of the communicator: the user's own sequence of collectives stays
             # the program's (MPICH matches nonblocking ones, such as Iagree, by that sequence)
@@ -395,7 +412,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
             result = None
         elif lowercase:
             _agree(self, name, root, where)
-            result = _objects(self, name, args, kwargs, where, root)
+            result, sent, received = _objects(self, name, args, kwargs, where, root)
         elif polled is not None:
             request = polled(self, *args, **kwargs)
             _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
@@ -406,8 +423,8 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         if not recording and not nonblocking:
             return result
         end = _now()
-        if lowercase:
-            sent, received = rec.pickled_out - out, rec.pickled_in - into
+        if lowercase or agreed_only:
+            pass  # the bytes of the pickles this rank sent and received
         elif bcast:
             size = _nbytes(_arg(args, kwargs, 0, "buf"))
             sent, received = (size, 0) if self.Get_rank() == root else (0, size)
@@ -418,7 +435,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
             event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, _NAN, end, *where]
             if recording:
                 rec.add(event)
-            return TracedRequest._wrap(result, event, False, recording)
+            return TracedRequest._wrap(result, event, recording)
         rec.add((name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, end, end, *where))
         return result
 
@@ -688,7 +705,6 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     _what: list | None = None   # the call that made it, for the status channel
     _event: list | None = None  # its event, until completion fills it in
-    _lowercase = False
     _mpinb_plain = _Request
     fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
 
@@ -697,11 +713,10 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         return TracedRequest(request)
 
     @classmethod
-    def _wrap(cls, request, event, lowercase: bool, recorded: bool = True) -> TracedRequest:
+    def _wrap(cls, request, event, recorded: bool = True) -> TracedRequest:
         twin = cls(request)
         twin._what = event
         twin._event = event if recorded else None
-        twin._lowercase = lowercase
         return twin
 
     def _describe(self, where) -> dict:
@@ -715,34 +730,33 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
                 "any_source": peer == MPI.ANY_SOURCE and kind == RECV, "tag": tag, "bytes": self._what[5],
                 "root": None, "file": where[0], "line": where[1], "via": "wait"}
 
-    def _done(self, status, received: int | None = None) -> None:
+    def _done(self, status) -> None:
         event = self._event
         if event is None:
             return
         self._event = None
         event[8] = _now()
-        if event[1] == RECV:
-            event[3], event[4] = status.Get_source(), status.Get_tag()
-            event[6] = received if received is not None else status.Get_count(_BYTE)
+        if event[1] == RECV:  # the status tells source, tag and size (a pickle's, for irecv)
+            event[3], event[4], event[6] = status.Get_source(), status.Get_tag(), status.Get_count(_BYTE)
 
     # single request
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
         start, where = _now(), _where()
         _poll_request(self, mine, (self._describe, (where,)))
-        self._finished("Wait", start, mine, None, where)
+        self._finished("Wait", start, mine, where)
         return True
 
     def wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where, before = _now(), _where(), _rec.pickled_in
+        start, where = _now(), _where()
         _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
-        self._finished("wait", start, mine, _rec.pickled_in - before if self._lowercase else None, where)
+        self._finished("wait", start, mine, where)
         return value
 
-    def _finished(self, name: str, start: float, status, received, where) -> None:
+    def _finished(self, name: str, start: float, status, where) -> None:
         if _rec.on and self._event is not None:
-            self._done(status, received)
+            self._done(status)
             end = _now()
             _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
 
@@ -759,10 +773,9 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         if self._event is None or not _rec.on:
             return _Request.test(self, status)
         mine = status if status is not None else MPI.Status()
-        before = _rec.pickled_in
         flag, value = _Request.test(self, mine)
         if flag:
-            self._done(mine, _rec.pickled_in - before if self._lowercase else None)
+            self._done(mine)
         return flag, value
 
     # many requests: polled

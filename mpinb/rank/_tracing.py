@@ -7,7 +7,7 @@ from typing import Iterator
 
 from mpi4py import MPI
 
-from ._recorder import RECORDER, align_clock, count_pickled_bytes, polite_barrier
+from ._recorder import RECORDER, align_clock, polite_barrier
 from ._traced import TracedRequest, _Request, new_epoch, traced
 
 _plain_world = MPI.COMM_WORLD
@@ -19,7 +19,6 @@ def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
-    count_pickled_bytes()
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
