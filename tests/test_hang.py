@@ -221,3 +221,21 @@ def test_a_derived_communicator_survives_a_failure_before_its_collective(pool4):
         pool4.run("if rank == 0:\n    raise ValueError('early')\npair.allreduce(rank)", timeout=20)
     res = pool4.run("pair.allreduce(rank), pair.bcast(rank)")
     assert res.value == {0: (1, 0), 1: (1, 0), 2: (5, 2), 3: (5, 2)}
+
+
+def test_interrupts_reach_user_code_only(pool4):
+    """SIGINT raises KeyboardInterrupt inside user code; one that arrives as a run ends (the
+    pool releasing ranks that just finished) must not break mpinb's clean-up, which puts
+    mpi4py's objects back after an untraced run."""
+    inside = pool4.run("import signal\nfrom mpinb.rank import _execute\n"
+                       "(signal.getsignal(signal.SIGINT) is _execute._interrupt, _execute._running_user_code)")
+    assert set(inside.value.values()) == {(True, True)}
+    # outside any cell: the handler neither raises nor says it is in user code
+    outside = pool4.call(eval, "(lambda e: (e._running_user_code, e._interrupt(2, None)))"
+                               "(__import__('mpinb.rank._execute', fromlist=['_interrupt']))")
+    assert outside == (False, None)
+    pool4.interrupt()  # idle ranks
+    time.sleep(0.3)
+    res = pool4.run("type(MPI.COMM_WORLD).__module__, MPI.Request.__module__, comm.allreduce(1)")
+    assert set(res.value.values()) == {("mpinb.rank._traced", "mpinb.rank._traced", 4)}
+

@@ -12,6 +12,7 @@ import io
 import linecache
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -70,13 +71,36 @@ def _ends_quietly(source: str) -> bool:
     return bool(lines) and lines[-1].endswith(";")
 
 
+_running_user_code = False
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGINT (the notebook's stop button, or the pool releasing ranks) interrupts user code
+    only. One that arrives as a run ends must not break mpinb's own clean-up, which puts
+    mpi4py's objects back after an untraced run and restores the output streams."""
+    if _running_user_code:
+        raise KeyboardInterrupt
+
+
+def install_interrupt_handler() -> None:
+    """Ours while the rank is idle and while it runs a request (ipykernel puts Python's default
+    handler in place for each request, and its own saved one back afterwards)."""
+    signal.signal(signal.SIGINT, _interrupt)
+
+
 def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
+    global _running_user_code
     record: dict = {"value": None, "repr": "", "why": "", "has_value": False, "error": None}
     start = time.perf_counter()
+    install_interrupt_handler()
     tracing = recording(_user_namespace(), limits["trace"], limits.get("trace_capacity"))
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
-            value = body()
+            _running_user_code = True
+            try:
+                value = body()
+            finally:
+                _running_user_code = False
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 record["error"] = _describe(exc, filename, exit_code=exc.code)

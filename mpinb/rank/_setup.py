@@ -38,6 +38,9 @@ def _init() -> None:
     install(namespace)
     # The pool owns MPI's lifetime: a script's MPI.Finalize() must not break the next cell.
     MPI.Finalize = _finalize_is_owned_by_the_pool
+    from ._execute import install_interrupt_handler
+
+    install_interrupt_handler()
     _ready = True
 
 
