@@ -239,3 +239,18 @@ def test_interrupts_reach_user_code_only(pool4):
     res = pool4.run("type(MPI.COMM_WORLD).__module__, MPI.Request.__module__, comm.allreduce(1)")
     assert set(res.value.values()) == {("mpinb.rank._traced", "mpinb.rank._traced", 4)}
 
+
+
+def test_a_split_that_not_every_rank_calls_is_diagnosed_and_interruptible(pool4):
+    with pytest.raises(mpinb.MPIHangError) as info:
+        pool4.run("if rank != 3:\n    comm.Split(rank % 2)\n", timeout=3)
+    waits = info.value.diagnosis.waits
+    assert {waits[r]["op"] for r in (0, 1, 2)} == {"Split"}
+    assert pool4.run("comm.Split(rank % 2).allreduce(1)").value == {r: 2 for r in range(4)}
+
+
+def test_a_split_against_another_collective_raises_on_every_rank(pool4):
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run("if rank == 0:\n    comm.Split(0)\nelse:\n    comm.barrier()\n", timeout=10)
+    assert sorted(info.value.failures) == [0, 1, 2, 3]
+    assert "rank 0 called Split; ranks 1, 2, 3 called barrier" in str(info.value)
