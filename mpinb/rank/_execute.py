@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import io
 import linecache
 import os
@@ -177,6 +178,7 @@ def _fresh_user_modules() -> Iterator[None]:
         sys.modules.update(hidden)
 
 
+@functools.lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
     import site
     import sysconfig
@@ -188,18 +190,15 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
 
 
-_LIBRARIES: tuple[str, ...] = ()
-
-
 def _is_users(module: object) -> bool:
     """Whether a module is the user's own code: it has a file, outside every library folder."""
-    global _LIBRARIES
     path = getattr(module, "__file__", None)
-    if not isinstance(path, str):
-        return False
-    if not _LIBRARIES:
-        _LIBRARIES = _library_roots()
-    return not os.path.realpath(path).startswith(_LIBRARIES)
+    return isinstance(path, str) and _is_user_path(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_user_path(path: str) -> bool:  # cached: a run asks about every loaded module twice
+    return not os.path.realpath(path).startswith(_library_roots())
 
 
 def _input_from_stdin(prompt: object = "") -> str:

@@ -1,15 +1,17 @@
 """Communicators and requests that record every MPI call user code makes through mpi4py.
 
-``TracedIntracomm`` is a subclass of ``MPI.Intracomm`` sharing the world's handle, installed as
-``MPI.COMM_WORLD``: user code needs no change and ``isinstance`` checks hold. Each method calls
-mpi4py's own with the user's arguments untouched (so results and exceptions are mpi4py's), and
-only when the recorder is on does it time the call and note peer, tag, bytes and source line.
-Communicators derived from a traced one (``Dup``, ``Split``, ``Create_cart``...) are traced too.
+The twins are subclasses of mpi4py's classes (``Intracomm``, ``Cartcomm``, ``Graphcomm``,
+``Distgraphcomm``, ``Request``) that share the handle of the object they stand for; the world's
+twin is installed as ``MPI.COMM_WORLD`` and ``TracedRequest`` as ``MPI.Request``, so user code
+needs no change. To user code they are mpi4py's: same names, classes that compare equal,
+handles, pickling, ``free()``, statuses, results and exceptions. Only when the recorder is on
+does a call note its peer, tag, bytes, times and source line.
 
 Blocking calls are carried out as their nonblocking forms, polled (see ``_waiting``), so that the
-notebook can interrupt them and learn what each rank waits for. Lowercase collectives, which have
-no nonblocking form, first agree on which collective everyone is in (a polled ``Iallgather`` on
-the communicator's private shadow), so that mismatched collectives raise instead of hanging.
+notebook can interrupt them and learn what each rank waits for. Lowercase collectives have no
+nonblocking form: they run as polled messages of pickles (see ``_objects``) on the twin's private
+copy of its communicator (the "shadow"), after the members agree, in messages too, on which call
+they are in, so that mismatched collectives raise instead of hanging.
 """
 
 from __future__ import annotations
@@ -516,7 +518,8 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     if twin_class is None:
         return comm  # intercommunicators pass through untouched
     twin = comm if isinstance(comm, _TWINS) else twin_class(comm)
-    twin._mpinb_id = cid if cid is not None else _handle_id(twin)
+    twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
+    _id_of_handle[twin.handle] = twin._mpinb_id
     # Made while every member is here: it has just made the communicator (or started the pool).
     twin._mpinb_shadow = _Intracomm(_Intracomm.Dup(twin)) if cid is not None else None
     if constant:
@@ -526,16 +529,17 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     return twin
 
 
+_id_of_handle: dict[int, str] = {}  # a copy of a twin's handle (``fromhandle``) is the same communicator
+
+
 def _handle_id(comm) -> str:
-    """An id for a communicator that reached user code around mpinb (``fromhandle``, ``Idup``)."""
+    """An id for a communicator that reached user code around mpinb (``Idup``, pickling)."""
     return f"comm{comm.handle:x}@{_world_ranks(comm)[0]}"
 
 
 class _TwinClass(type):
-    """The class of a twin equals mpi4py's class it stands for (``type(c) == MPI.Cartcomm``),
-    and a twin class converts handles (``fromhandle``, ``f2py``, ``fromint``) into twins."""
-
-    _mpinb_plain: type
+    """The class of a twin equals (and hashes as) the mpi4py class it stands for, so that
+    ``type(comm) == MPI.Cartcomm`` holds; subclasses of a twin class are classes of their own."""
 
     def __eq__(cls, other) -> bool:
         return other is cls or other is cls.__dict__.get("_mpinb_plain", cls)
@@ -544,7 +548,7 @@ class _TwinClass(type):
         return not cls == other
 
     def __hash__(cls) -> int:
-        return hash(cls.__dict__.get("_mpinb_plain", cls)) if "_mpinb_plain" in cls.__dict__ else type.__hash__(cls)
+        return type.__hash__(cls.__dict__.get("_mpinb_plain", cls))
 
 
 def _converter(name: str):
@@ -595,6 +599,7 @@ class _TwinMixin:
         shadow, self._mpinb_shadow = self._mpinb_shadow, None
         if shadow is not None:
             shadow.Free()
+        _id_of_handle.pop(self.handle, None)
         _rec.forget(self.__dict__.get("_mpinb_id"))
 
     def __reduce__(self):
