@@ -254,3 +254,16 @@ def test_a_split_against_another_collective_raises_on_every_rank(pool4):
         pool4.run("if rank == 0:\n    comm.Split(0)\nelse:\n    comm.barrier()\n", timeout=10)
     assert sorted(info.value.failures) == [0, 1, 2, 3]
     assert "rank 0 called Split; ranks 1, 2, 3 called barrier" in str(info.value)
+
+
+def test_an_interrupted_receive_cannot_take_a_later_message(pool4):
+    """A receive broken off by an interrupt is withdrawn: on a communicator that outlives the
+    aborted run, the next message goes to the next receive, not into the old buffer."""
+    pool4.run("pair = comm.Split(rank // 2)\nold = np.zeros(3)")
+    with pytest.raises(TimeoutError):
+        pool4.run("if pair.rank == 0:\n    pair.Recv(old, source=1)\n", timeout=1)
+    res = pool4.run("new = np.zeros(3)\n"
+                    "if pair.rank == 1:\n    pair.Send(np.full(3, float(rank)), dest=0)\n"
+                    "else:\n    pair.Recv(new, source=1)\n"
+                    "float(new.sum()), float(old.sum())", timeout=10)
+    assert res.value[0] == (3.0, 0.0) and res.value[2] == (9.0, 0.0)

@@ -20,7 +20,9 @@ from typing import Any, Callable
 import mpi4py
 from mpi4py import MPI
 
+from ._waiting import abandon
 from ._waiting import wait as _poll
+from ._waiting import wait_request as _poll_request
 
 _BYTE = MPI.BYTE
 _Intracomm = MPI.Intracomm
@@ -49,7 +51,7 @@ class Exchange:
 
         _poll(arrived, self.describe)
         data = bytearray(status.Get_count(_BYTE))
-        box[0].Recv([data, _BYTE])
+        receive_matched(box[0], [data, _BYTE], len(data), self.describe)
         self.received += len(data)
         return data
 
@@ -58,6 +60,26 @@ class Exchange:
         if self.sends:
             sends = self.sends
             _poll(lambda: MPI.Request.Testall(sends), self.describe)
+            self.sends = []
+
+    def abandon(self) -> None:
+        """The call was broken off: its sends still pending must keep their buffers."""
+        for request in self.sends:
+            abandon(request)
+        self.sends = []
+
+
+# A matched message this small has arrived whole, so its blocking receive returns at once; a
+# larger one may need the sender to progress, and a sender that failed never will.
+WHOLE_ON_ARRIVAL = 4096
+
+
+def receive_matched(message: MPI.Message, buf, nbytes: int, describe) -> None:
+    """Receive a message found by a matched probe, polled unless it is small."""
+    if nbytes <= WHOLE_ON_ARRIVAL:
+        message.Recv(buf)
+    else:
+        _poll_request(message.Irecv(buf), None, describe)
 
 
 def dumps(obj: Any) -> bytes:

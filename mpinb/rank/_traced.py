@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import copyreg
 import sys
+from contextlib import contextmanager
 from time import perf_counter as _now
+from typing import Iterator
 
 from mpi4py import MPI
 
@@ -28,6 +30,7 @@ from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DE
                        SEND, WAIT)
 from . import _objects as _objects_module
 from ._recorder import RECORDER as _rec
+from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
@@ -196,7 +199,14 @@ def _receive_object(comm, buf, source, tag, status, describe):
         message = _improbe(comm, source, tag, status)
         if message is None:
             message = _poll_result(lambda: _improbe(comm, source, tag, status), _is_not_none, describe)
-        return message.recv(status)
+        if status.Get_count(_BYTE) <= _objects_module.WHOLE_ON_ARRIVAL:
+            return message.recv(status)
+        request = message.irecv()  # a large pickle may need its sender's progress: poll
+        try:
+            return _poll_result(lambda: request.test(status), _first, describe)[1]
+        except BaseException:
+            _abandon(request)
+            raise
     _poll(lambda: _iprobe(comm, source, tag, status), describe)
     return _lower_recv(comm, buf, status.Get_source(), status.Get_tag(), status)
 
@@ -257,7 +267,8 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
             sendobj, recvbuf = _arg(args, kwargs, 0, "sendobj"), _arg(args, kwargs, 3, "recvbuf")
             sending, sent = _post_object(self, _Intracomm.Isend, sendobj, dest, tag)
             describe = _describer(self, name, "recv", source, recvtag, 0, where)
-            result = _receive_object(self, recvbuf, source, recvtag, status, describe)
+            with _abandoned_if_broken(sending):
+                result = _receive_object(self, recvbuf, source, recvtag, status, describe)
             _poll_request(sending, None, _describer(self, name, "send", dest, tag, sent, where))
             received = status.Get_count(_BYTE)
         elif replace:
@@ -276,8 +287,9 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
             sending = _Intracomm.Isend(self, sendbuf, dest, tag)
             sent = _nbytes(sendbuf)
             both, statuses = [receiving, sending], [status, MPI.Status()]
-            _poll(lambda: _Request.Testall(both, statuses),
-                  _describer(self, name, "recv", source, recvtag, sent, where))
+            with _abandoned_if_broken(*both):
+                _poll(lambda: _Request.Testall(both, statuses),
+                      _describer(self, name, "recv", source, recvtag, sent, where))
             received = status.Get_count(_BYTE)
             result = None
         if rec.on:
@@ -290,6 +302,17 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
         return result
 
     return _named(method, base)
+
+
+@contextmanager
+def _abandoned_if_broken(*requests) -> Iterator[None]:
+    """Requests still pending when the block is broken off (an interrupt) are abandoned."""
+    try:
+        yield
+    except BaseException:
+        for request in requests:
+            _abandon(request)
+        raise
 
 
 def _probe(name: str):
@@ -356,8 +379,12 @@ def _agree(comm, name: str, root: int, where) -> None:
         return
     exchange = _exchange(comm, name, where, root)
     code = _AGREED_CALLS.index(_AGREED_AS.get(name, name))
-    records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
-    exchange.finish()
+    try:
+        records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+        exchange.finish()
+    except BaseException:
+        exchange.abandon()
+        raise
     calls = [tuple(array("i", record)) for record in records]
     if len(set(calls)) > 1:
         groups: dict[str, list[int]] = {}
@@ -379,9 +406,13 @@ def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
     """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``):
     its result, and the bytes this rank sent and received."""
     exchange = _exchange(comm, name, where, root)
-    with MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra")):  # mpi4py's thread lock
-        result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
-    exchange.finish()
+    try:
+        with MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra")):  # mpi4py's thread lock
+            result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
+        exchange.finish()
+    except BaseException:
+        exchange.abandon()
+        raise
     return result, exchange.sent, exchange.received
 
 

@@ -71,8 +71,33 @@ def wait(test, describe) -> None:
 
 
 def wait_request(request, status, describe) -> None:
-    """Complete ``request`` (an mpi4py Request) without blocking inside MPI."""
-    wait(lambda: request.Test(status), describe)
+    """Complete ``request`` (an mpi4py Request) without blocking inside MPI.
+
+    If the wait is broken off (an interrupt), the request is abandoned (see :func:`abandon`)."""
+    try:
+        wait(lambda: request.Test(status), describe)
+    except BaseException:
+        abandon(request)
+        raise
+
+
+# Requests that an interrupt left pending, and the buffers they hold: under plain mpiexec such a
+# call would never have returned. Kept for good, so that MPI never reads or writes freed memory.
+_abandoned: list = []
+
+
+def abandon(request) -> None:
+    """Cancel a request whose wait was broken off (a receive withdrawn from matching cannot take
+    a later message); one that cannot be cancelled keeps its buffers alive."""
+    if not request:  # completed after all
+        return
+    try:
+        request.Cancel()
+        done = request.Test()
+    except Exception:  # noqa: BLE001 - some requests cannot be cancelled (collectives, most sends)
+        done = False
+    if not done:
+        _abandoned.append(request)
 
 
 def interrupted_wait() -> dict | None:
