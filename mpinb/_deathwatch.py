@@ -1,60 +1,146 @@
 """Notices the moment each local rank's process ends, to tell which rank died first.
 
 When one rank dies, mpiexec kills the others within milliseconds, so polling cannot tell the
-culprit from the victims; a thread blocked on the ranks' pidfds records each exit as it happens.
+culprit from the victims. Each local rank connects a Unix socket to this watch when it starts
+(``MPINB_DEATHWATCH``) and never writes to it again: the kernel closes it as the rank's exit
+begins, in the same step that tells mpiexec, so the culprit's end of file always comes before
+the victims' (which mpiexec kills only then). A rank's pidfd (its process is gone) is the
+fallback, for a rank that never connected; it is a weaker witness, since a victim can finish
+dying before a culprit that is slow to tear down.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import socket
+import tempfile
 import threading
 import time
 
+ENVIRONMENT = "MPINB_DEATHWATCH"
+
 
 class DeathWatch:
-    """Records ``rank -> time of death`` for the given ``{rank: pid}`` (Linux pidfds)."""
+    """Records ``rank -> time of death``; ranks connect to :attr:`address` when they start."""
 
-    def __init__(self, pids: dict[int, int]):
+    def __init__(self) -> None:
         self.died: dict[int, tuple[int, float]] = {}  # rank -> (poll round, time)
-        self._fds: dict[int, int] = {}
+        self._folder = tempfile.mkdtemp(prefix="mpinb-deathwatch-")
+        self.address = os.path.join(self._folder, "socket")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)
+        self._listener.listen(1024)
+        self._pidfds: dict[int, int] = {}  # fd -> rank
+        self._connections: dict[int, tuple[socket.socket, int | None]] = {}  # fd -> (socket, rank)
+        self._wake_r, self._wake_w = os.pipe()
+        self._lock = threading.Lock()
         self._stop = False
-        if not hasattr(os, "pidfd_open"):
-            return
-        for rank, pid in pids.items():
-            try:
-                self._fds[os.pidfd_open(pid)] = rank
-            except OSError:
-                self.died[rank] = (0, time.monotonic())
         self._thread = threading.Thread(target=self._watch, name="mpinb-deathwatch", daemon=True)
         self._thread.start()
 
+    def watch_pids(self, pids: dict[int, int]) -> None:
+        """Also watch the processes themselves (``{rank: pid}``), once the ranks are known."""
+        if not hasattr(os, "pidfd_open"):
+            return
+        with self._lock:
+            for rank, pid in pids.items():
+                try:
+                    self._pidfds[os.pidfd_open(pid)] = rank
+                except OSError:
+                    self._record(rank, 0)
+        os.write(self._wake_w, b"x")
+
     def _watch(self) -> None:
-        fds = dict(self._fds)
         poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
+        poller.register(self._listener.fileno(), select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        registered: set[int] = set()
         batch = 0
-        while not self._stop and len(self.died) < len(fds):
+        while not self._stop:
+            with self._lock:
+                for fd in set(self._pidfds) - registered:
+                    poller.register(fd, select.POLLIN)
+                    registered.add(fd)
             ready = poller.poll(200)
             batch += 1
             for fd, _ in ready:
-                poller.unregister(fd)
-                if not self._stop and fds[fd] not in self.died:
-                    self.died[fds[fd]] = (batch, time.monotonic())
+                if self._stop:
+                    return
+                if fd == self._wake_r:
+                    os.read(fd, 64)
+                elif fd == self._listener.fileno():
+                    connection, _ = self._listener.accept()
+                    self._connections[connection.fileno()] = (connection, None)
+                    poller.register(connection.fileno(), select.POLLIN)
+                elif fd in self._connections:
+                    self._read(poller, fd, batch)
+                elif fd in self._pidfds:
+                    poller.unregister(fd)
+                    self._record(self._pidfds[fd], batch)
+
+    def _read(self, poller, fd: int, batch: int) -> None:
+        connection, rank = self._connections[fd]
+        try:
+            data = connection.recv(64)
+        except OSError:
+            data = b""
+        if data and rank is None:
+            self._connections[fd] = (connection, int(data.split(b"\n")[0]))
+        elif not data:
+            poller.unregister(fd)
+            del self._connections[fd]
+            connection.close()
+            if rank is not None:
+                self._record(rank, batch)
+
+    def _record(self, rank: int, batch: int) -> None:
+        if rank not in self.died:
+            self.died[rank] = (batch, time.monotonic())
 
     def first(self) -> list[int]:
         """The rank(s) seen dead first; several only if they ended at the same moment."""
-        if not self.died:
+        died = dict(self.died)
+        if not died:
             return []
-        earliest = min(batch for batch, _ in self.died.values())
-        return sorted(r for r, (batch, _) in self.died.items() if batch == earliest)
+        earliest = min(batch for batch, _ in died.values())
+        return sorted(r for r, (batch, _) in died.items() if batch == earliest)
 
     def close(self) -> None:
         self._stop = True
-        for fd in self._fds:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        self._thread.join(timeout=1)
+        for connection, _ in list(self._connections.values()):
+            connection.close()
+        for fd in [*self._pidfds, self._wake_r, self._wake_w]:
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._fds = {}
+        self._pidfds, self._connections = {}, {}
+        self._listener.close()
+        try:
+            os.remove(self.address)
+            os.rmdir(self._folder)
+        except OSError:
+            pass
+
+
+def report_for_duty(rank: int) -> None:
+    """On a rank: connect to the pool's watch (if it has one), to be closed only by our exit."""
+    address = os.environ.get(ENVIRONMENT)
+    if not address:
+        return
+    global _line
+    try:
+        _line = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        _line.connect(address)
+        _line.sendall(f"{rank}\n".encode())
+    except OSError:  # the pidfd still watches this rank
+        _line = None
+
+
+_line: socket.socket | None = None  # kept open for the process's lifetime

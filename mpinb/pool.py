@@ -19,6 +19,7 @@ import psutil
 
 from . import _slurm
 from . import rank as _rank
+from ._deathwatch import ENVIRONMENT as DEATHWATCH_ENVIRONMENT
 from ._deathwatch import DeathWatch
 from ._ranges import format_ranks, parse_ranks
 from ._streams import OutputCallback, StreamTracker
@@ -192,12 +193,14 @@ class Pool:
             launcher_config[key] = value
         self._cluster = cluster
         self._start_watchdog()
+        environment = rank_environment(settings)
+        if settings.local:  # local ranks report for duty to it when they start (see _deathwatch)
+            self._deaths = DeathWatch()
+            environment[DEATHWATCH_ENVIRONMENT] = self._deaths.address
         try:
             cluster.start_controller_sync()
             self._watch(cluster.controller)
-            cluster.start_engines_sync(
-                settings.n, engine_args=engine_args, environment=rank_environment(settings)
-            )
+            cluster.start_engines_sync(settings.n, engine_args=engine_args, environment=environment)
             for engine_set in cluster.engines.values():
                 self._watch(engine_set)
             self._client = cluster.connect_client_sync()
@@ -253,8 +256,8 @@ class Pool:
                 )
             self._engine_of[info["rank"]] = engine_id
             self._ranks_info[info["rank"]] = info
-        if self.settings.local:
-            self._deaths = DeathWatch({rank: info["pid"] for rank, info in self._ranks_info.items()})
+        if self._deaths is not None:
+            self._deaths.watch_pids({rank: info["pid"] for rank, info in self._ranks_info.items()})
 
     def _dead_process(self) -> str | None:
         cluster = self._cluster

@@ -33,6 +33,9 @@ def _init() -> None:
     from ._tracing import install
 
     world = MPI.COMM_WORLD
+    from .._deathwatch import report_for_duty
+
+    report_for_duty(world.Get_rank())
     namespace = get_ipython().user_ns
     namespace.update(MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=_lazy("numpy"))
     install(namespace)
