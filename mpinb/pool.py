@@ -634,8 +634,7 @@ class Pool:
 
     def _view(self, targets: object):
         self._require_running()
-        ranks = targets if isinstance(targets, list) else self.ranks(targets)
-        return self._client.direct_view([self._engine_of[r] for r in ranks])
+        return self._client.direct_view([self._engine_of[r] for r in self.ranks(targets)])
 
     def _require_defined(self, name: str, ranks: list[int]) -> None:
         missing = self._view(ranks).apply_sync(_is_undefined, name)

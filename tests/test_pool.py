@@ -43,6 +43,12 @@ def test_push_pull(any_pool):
     assert any_pool.pull("b") == [[1, 2]] * any_pool.size
 
 
+@pytest.mark.parametrize("targets", [[9], "9", 9])
+def test_push_to_a_rank_outside_the_pool_says_so(any_pool, targets):
+    with pytest.raises(ValueError, match="outside the pool"):
+        any_pool.push({"a": 1}, targets=targets)
+
+
 def test_pull_of_a_missing_name_says_which_ranks(any_pool):
     with pytest.raises(NameError, match="no variable 'never_defined'"):
         any_pool.pull("never_defined")
