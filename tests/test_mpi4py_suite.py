@@ -10,7 +10,6 @@ collective correctly afterwards. ``make test`` fetches the suite into ``.venv/mp
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
