@@ -26,6 +26,7 @@ class DeathWatch:
 
     def __init__(self) -> None:
         self.died: dict[int, tuple[int, float]] = {}  # rank -> (poll round, time)
+        self.aborted: dict[int, int] = {}  # rank -> the error code it passed to Abort
         self._folder = tempfile.mkdtemp(prefix="mpinb-deathwatch-")
         self.address = os.path.join(self._folder, "socket")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -85,9 +86,16 @@ class DeathWatch:
             data = connection.recv(64)
         except OSError:
             data = b""
-        if data and rank is None:
-            self._connections[fd] = (connection, int(data.split(b"\n")[0]))
-        elif not data:
+        if data:
+            for line in data.decode(errors="replace").splitlines():
+                word, _, value = line.partition(" ")
+                if rank is None:
+                    rank = int(word)
+                    self._connections[fd] = (connection, rank)
+                elif word == "abort":  # it is about to end the job: the first to die, by intent
+                    self.aborted[rank] = int(value)
+                    self._record(rank, batch)
+        else:
             poller.unregister(fd)
             del self._connections[fd]
             connection.close()
@@ -125,6 +133,15 @@ class DeathWatch:
         try:
             os.remove(self.address)
             os.rmdir(self._folder)
+        except OSError:
+            pass
+
+
+def report_abort(code: int) -> None:
+    """On a rank about to call ``Abort``: say so, since mpiexec then kills every rank at once."""
+    if _line is not None:
+        try:
+            _line.sendall(f"abort {code}\n".encode())
         except OSError:
             pass
 

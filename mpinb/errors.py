@@ -113,3 +113,7 @@ class DeadlockError(MPIHangError):
 
 class RankDiedError(PoolError):
     """A rank's process died (exit, signal, out of memory); MPI cannot go on without it."""
+
+    def _render_traceback_(self) -> list[str]:
+        # What happened on the ranks, not the notebook's own stack (nor a "UsageError").
+        return [f"{type(self).__name__}: {self}"]

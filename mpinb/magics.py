@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
 from . import session
-from .errors import PoolError, PoolStartError
+from .errors import PoolError, PoolStartError, RankDiedError
 
 _USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
@@ -79,7 +79,7 @@ def _cell_parser() -> _Parser:
 def _start_parser(name: str) -> _Parser:
     parser = _Parser(prog=f"%mpi {name}", description=f"{name.capitalize()} the pool of MPI ranks.")
     _add_size(parser)
-    parser.add_argument("--launcher", default="mpi",
+    parser.add_argument("--launcher",
                         help="mpi (default: mpiexec here), srun (inside a Slurm allocation), slurm, pbs, ssh, ...")
     parser.add_argument("--mpiexec", help="path of the mpiexec to use")
     parser.add_argument("--hosts", metavar="H1,H2", help="hosts for mpiexec (MPICH -hosts, Open MPI --host)")
@@ -136,6 +136,8 @@ class MPIMagics(Magics):
                                  trace=args.trace, view=args.view)
                 return None
             return self._line(line)
+        except RankDiedError:
+            raise  # not a mistake in the magic's line: shown as itself
         except _USER_MISTAKES as err:
             # Errors of user code on the ranks arrive as RankError; these are about the request.
             raise UsageError(str(err)) from None
@@ -154,10 +156,13 @@ class MPIMagics(Magics):
                 cut = argv.index("--")
                 argv, extra = argv[:cut], argv[cut + 1:]
             args = _start_parser(word).parse_args(argv)
+            launch = {"mpiexec": args.mpiexec, "hosts": args.hosts, "hostfile": args.hostfile,
+                      "partition": args.partition, "time": args.time, "account": args.account}
+            # `%mpi restart` alone keeps how the pool was launched; any launch flag replaces it.
+            given = args.launcher or extra or args.mpiexec_args or any(launch.values())
             try:
-                options = session.launch_options(args.launcher, args.mpiexec, args.mpiexec_args + extra,
-                                                 hosts=args.hosts, hostfile=args.hostfile, partition=args.partition,
-                                                 time=args.time, account=args.account)
+                options = session.launch_options(args.launcher or "mpi", mpiexec_args=args.mpiexec_args + extra,
+                                                 **launch) if given or word == "start" else {}
             except (ValueError, PoolStartError) as err:
                 raise UsageError(str(err)) from None
             if word == "start":

@@ -107,6 +107,18 @@ class Pool:
 
     # -- life cycle ---------------------------------------------------------------------------
 
+    def options(self) -> dict:
+        """The keyword arguments that make a pool like this one (``Pool(pool.size, **pool.options())``)."""
+        settings = self.settings
+        return {
+            "launcher": settings.launcher, "mpiexec": settings.mpiexec,
+            "mpiexec_args": list(settings.mpiexec_args), "env": dict(settings.env),
+            "yield_when_idle": settings.yield_when_idle, "start_timeout": self.start_timeout,
+            "max_output_lines": self.max_output_lines, "max_output_chars": self.max_output_chars,
+            "trace_capacity": self.trace_capacity, "controller_ip": self.controller_ip,
+            "launcher_options": dict(settings.launcher_options),
+        }
+
     @property
     def size(self) -> int:
         return self.settings.n
@@ -539,13 +551,16 @@ class Pool:
             time.sleep(0.05)
         output = "".join(_launcher_output(es) for es in self._cluster.engines.values())
         by_pid = {info["pid"]: rank for rank, info in self._ranks_info.items()}
-        how = death_report(output, by_pid, dead)
+        aborted = self._deaths.aborted if self._deaths is not None else {}
+        if len(aborted) == 1:
+            (rank, code), = aborted.items()
+            what = f"rank {rank} called Abort({code}) while running the cell, which ends every rank"
+        else:
+            what = f"{death_report(output, by_pid, dead)} while running the cell. MPI cannot continue without it"
         size = self.size
         self.restart()
-        return RankDiedError(
-            f"{how} while running the cell. MPI cannot continue without it, so the pool was "
-            f"restarted with {size} fresh ranks: every rank's variables are lost."
-        )
+        return RankDiedError(f"{what}, so the pool was restarted with {size} fresh ranks: every rank's "
+                             "variables are lost.")
 
     def _stopped_message(self, what: str, pending, ranks: list[int]) -> str:
         busy = [r for r, done in zip(ranks, _per_message_done(self._client, pending)) if not done]

@@ -80,21 +80,14 @@ def stop_pool() -> bool:
     return True
 
 
-def restart_pool(n: int | None = None, **options) -> Pool:
-    """Stop the pool and start a new one (same size unless ``n`` is given)."""
+def restart_pool(n: int | None = None, **changes) -> Pool:
+    """Stop the pool and start a new one like it: the same size and every setting (launcher,
+    hosts, batch options, timeouts, output caps, trace capacity...), except what is given."""
     previous = _pool
+    options = previous.options() if previous is not None else {}
+    options.update(changes)
     if n is None and previous is not None:
         n = previous.size
-    if previous is not None and not options:
-        settings = previous.settings
-        options = {
-            "launcher": settings.launcher,
-            "mpiexec": settings.mpiexec,
-            "mpiexec_args": settings.mpiexec_args,
-            "env": settings.env,
-            "yield_when_idle": settings.yield_when_idle,
-            "launcher_options": settings.launcher_options,
-        }
     stop_pool()
     return start_pool(n, **options)
 

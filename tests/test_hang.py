@@ -267,3 +267,12 @@ def test_an_interrupted_receive_cannot_take_a_later_message(pool4):
                     "else:\n    pair.Recv(new, source=1)\n"
                     "float(new.sum()), float(old.sum())", timeout=10)
     assert res.value[0] == (3.0, 0.0) and res.value[2] == (9.0, 0.0)
+
+
+def test_abort_names_the_rank_that_called_it(tmp_path):
+    with mpinb.Pool(3) as pool:
+        with pytest.raises(mpinb.RankDiedError) as info:
+            pool.run("import time\nif rank == 0:\n    comm.Abort(2)\ntime.sleep(30)")
+        assert str(info.value).startswith("rank 0 called Abort(2) while running the cell, which ends every rank")
+        assert "variables are lost" in str(info.value)
+        assert pool.run("comm.allreduce(1)").value == {0: 3, 1: 3, 2: 3}

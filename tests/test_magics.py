@@ -193,6 +193,41 @@ def test_start_stop_restart_through_magics(ip, capsys):
         session.use_pool(shared)
 
 
+def test_a_rank_death_in_a_cell_is_not_a_usage_error(ip):
+    shared = session.current_pool()
+    session.use_pool(None)
+    try:
+        ip.run_line_magic("mpi", "start -n 2")
+        with pytest.raises(mpinb.RankDiedError) as info:
+            ip.run_cell_magic("mpi", "", "import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()")
+        assert info.value._render_traceback_() == [f"RankDiedError: {info.value}"]
+        assert "rank 1 died" in str(info.value)
+    finally:
+        session.stop_pool()
+        session.use_pool(shared)
+
+
+def test_restart_keeps_how_the_pool_was_started(ip):
+    """`%mpi restart` alone keeps the launch (hosts, mpiexec arguments) and the pool's other
+    settings; a launch flag replaces the launch."""
+    shared = session.current_pool()
+    session.use_pool(None)
+    try:
+        ip.run_line_magic("mpi", "start -n 2 --hosts localhost")
+        session.current_pool().trace_capacity = 123
+        before = session.current_pool().options()
+        assert "localhost" in before["mpiexec_args"]
+        ip.run_line_magic("mpi", "restart -n 3")
+        assert session.current_pool().size == 3 and session.current_pool().options() == before
+        ip.run_line_magic("mpi", "restart --launcher mpi")
+        after = session.current_pool().options()
+        assert after["mpiexec_args"] == [] and after["trace_capacity"] == 123
+        assert session.current_pool().size == 3
+    finally:
+        session.stop_pool()
+        session.use_pool(shared)
+
+
 def test_traced_cells_show_the_message_views(ip, monkeypatch):
     from mpinb.widgets import TraceView
 

@@ -620,6 +620,12 @@ class _TwinMixin:
             self._free_shadow()
             super().free()
 
+    def Abort(self, errorcode: int = 0):
+        from .._deathwatch import report_abort
+
+        report_abort(errorcode)
+        return super().Abort(errorcode)
+
     def Disconnect(self) -> None:
         if self._mpinb_constant:
             return _ORIGINAL_WORLD.Disconnect()
