@@ -26,10 +26,15 @@ from ._waiting import wait_request as _poll_request
 
 _BYTE = MPI.BYTE
 _Intracomm = MPI.Intracomm
+_Request = MPI.Request  # mpi4py's own: mpinb's traffic is not traced
 
 
 class Exchange:
-    """The messages of one collective call: pickled bytes on ``shadow`` with the call's tag."""
+    """The messages of one collective call: pickled bytes on ``shadow`` with the call's tag.
+
+    Used as a context manager: on the way out it waits until every message this rank sent has
+    left, and if the call was broken off (an interrupt), what is still pending is abandoned.
+    """
 
     def __init__(self, shadow: MPI.Intracomm, tag: int, describe):
         self.shadow, self.tag, self.describe = shadow, tag, describe
@@ -55,18 +60,18 @@ class Exchange:
         self.received += len(data)
         return data
 
-    def finish(self) -> None:
-        """Wait until every message this rank sent has left (its buffers are then free)."""
-        if self.sends:
-            sends = self.sends
-            _poll(lambda: MPI.Request.Testall(sends), self.describe)
-            self.sends = []
+    def __enter__(self) -> Exchange:
+        return self
 
-    def abandon(self) -> None:
-        """The call was broken off: its sends still pending must keep their buffers."""
-        for request in self.sends:
-            abandon(request)
-        self.sends = []
+    def __exit__(self, kind, *_) -> None:
+        try:
+            if kind is None and self.sends:
+                sends = self.sends
+                _poll(lambda: _Request.Testall(sends), self.describe)
+                self.sends = []
+        finally:
+            for request in self.sends:  # broken off: still pending, they keep their buffers
+                abandon(request)
 
 
 # A matched message this small has arrived whole, so its blocking receive returns at once; a

@@ -28,6 +28,7 @@ from array import array
 
 from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
                        SEND, WAIT)
+from .._ranges import format_ranks
 from . import _objects as _objects_module
 from ._recorder import RECORDER as _rec
 from ._waiting import abandon as _abandon
@@ -202,11 +203,8 @@ def _receive_object(comm, buf, source, tag, status, describe):
         if status.Get_count(_BYTE) <= _objects_module.WHOLE_ON_ARRIVAL:
             return message.recv(status)
         request = message.irecv()  # a large pickle may need its sender's progress: poll
-        try:
+        with _abandoned_if_broken(request):
             return _poll_result(lambda: request.test(status), _first, describe)[1]
-        except BaseException:
-            _abandon(request)
-            raise
     _poll(lambda: _iprobe(comm, source, tag, status), describe)
     return _lower_recv(comm, buf, status.Get_source(), status.Get_tag(), status)
 
@@ -377,14 +375,9 @@ def _agree(comm, name: str, root: int, where) -> None:
     """
     if comm.Get_size() == 1:
         return
-    exchange = _exchange(comm, name, where, root)
     code = _AGREED_CALLS.index(_AGREED_AS.get(name, name))
-    try:
+    with _exchange(comm, name, where, root) as exchange:
         records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
-        exchange.finish()
-    except BaseException:
-        exchange.abandon()
-        raise
     calls = [tuple(array("i", record)) for record in records]
     if len(set(calls)) > 1:
         groups: dict[str, list[int]] = {}
@@ -405,19 +398,22 @@ _AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
 def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
     """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``):
     its result, and the bytes this rank sent and received."""
-    exchange = _exchange(comm, name, where, root)
-    try:
-        with MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra")):  # mpi4py's thread lock
-            result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
-        exchange.finish()
-    except BaseException:
-        exchange.abandon()
-        raise
+    lock = MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra"))  # mpi4py's thread lock
+    with _exchange(comm, name, where, root) as exchange, lock:
+        result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
     return result, exchange.sent, exchange.received
 
 
 # The key under which mpi4py locks a communicator for each lowercase collective.
 _LOCKED_AS = {name: name for name in ("bcast", "gather", "scatter", "allgather", "alltoall")}
+
+
+def _buffer_bytes(comm, args: tuple, kwargs: dict, bcast: bool, root) -> tuple[int, int]:
+    """Bytes a buffer collective sends and receives on this rank, from its buffer specs."""
+    if bcast:
+        size = _nbytes(_arg(args, kwargs, 0, "buf"))
+        return (size, 0) if comm.Get_rank() == root else (0, size)
+    return _nbytes(_arg(args, kwargs, 0, "sendbuf")), _nbytes(_arg(args, kwargs, 1, "recvbuf"))
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -456,14 +452,8 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         if not recording and not nonblocking:
             return result
         end = _now()
-        if lowercase or agreed_only:
-            pass  # the bytes of the pickles this rank sent and received
-        elif bcast:
-            size = _nbytes(_arg(args, kwargs, 0, "buf"))
-            sent, received = (size, 0) if self.Get_rank() == root else (0, size)
-        else:
-            sent = _nbytes(_arg(args, kwargs, 0, "sendbuf"))
-            received = _nbytes(_arg(args, kwargs, 1, "recvbuf"))
+        if not (lowercase or agreed_only):  # for those, the pickles' bytes were counted above
+            sent, received = _buffer_bytes(self, args, kwargs, bcast, root)
         if nonblocking:
             event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, _NAN, end, *where]
             if recording:
@@ -517,7 +507,7 @@ def _derived(name: str, owner=_Intracomm):
         if _rec.on:
             end = _now()
             _rec.add((name, COLLECTIVE, self._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
-        if new == MPI.COMM_NULL or not isinstance(new, tuple(_TWIN_OF_CLASS)):
+        if new == MPI.COMM_NULL or not isinstance(new, _PLAIN_CLASSES):
             return new
         members = _world_ranks(new)
         # Every member makes its communicators from a parent in the same order, so counting them
@@ -525,17 +515,11 @@ def _derived(name: str, owner=_Intracomm):
         # group's members only, so it counts apart and its id names the members.
         key = (self._mpinb_id, kind, tuple(members) if kind else ())
         number = _children[key] = _children.get(key, -1) + 1
-        cid = (f"{self._mpinb_id}.group{number}[{_ranks_span(members)}]" if kind
+        cid = (f"{self._mpinb_id}.group{number}[{format_ranks(members)}]" if kind
                else f"{self._mpinb_id}.{number}@{members[0]}")
         return traced(new, cid, members)
 
     return _named(method, base)
-
-
-def _ranks_span(ranks: list[int]) -> str:
-    from .._ranges import format_ranks
-
-    return format_ranks(ranks)
 
 
 def traced(comm, cid: str | None = None, members: list[int] | None = None, constant: bool = False):
@@ -722,8 +706,7 @@ TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {})
 # most derived first: a Cartcomm is an Intracomm too
 _TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
                   MPI.Distgraphcomm: TracedDistgraphcomm, _Intracomm: TracedIntracomm}
-_PLAIN_OF_TWIN = {twin: plain for plain, twin in _TWIN_OF_CLASS.items()}
-_TWINS = tuple(_PLAIN_OF_TWIN)
+_PLAIN_CLASSES, _TWINS = tuple(_TWIN_OF_CLASS), tuple(_TWIN_OF_CLASS.values())
 Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm
 
 
