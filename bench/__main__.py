@@ -17,7 +17,7 @@ import time
 import ipyparallel as ipp
 
 import mpinb
-from mpinb.launch import find_mpiexec
+from mpinb.pool import find_mpiexec
 
 from .hang import ipyparallel_figures, mpinb_figures
 from .render import first_paint, record_trace

@@ -12,7 +12,7 @@ import ipyparallel as ipp
 import psutil
 
 import mpinb
-from mpinb.launch import find_mpiexec
+from mpinb.pool import find_mpiexec
 
 RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
 PLAIN_RING = "from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nrank, size = comm.Get_rank(), comm.Get_size()\n" + RING

@@ -9,12 +9,13 @@ for the notebook-side modules (ipyparallel's client, widgets) while the other ra
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "CellSyntaxError": ".errors",
-    "CheckResult": ".grading",
+    "CheckResult": ".teach",
     "DeadlockError": ".errors",
     "MPIHangError": ".errors",
     "RankDiedError": ".errors",
@@ -22,20 +23,28 @@ _EXPORTS = {
     "PoolError": ".errors",
     "PoolStartError": ".errors",
     "RankError": ".errors",
-    "RankFailure": ".result",
-    "RunResult": ".result",
+    "RankFailure": ".pool",
+    "RunResult": ".pool",
     "Trace": ".trace",
-    "check": ".grading",
-    "current_pool": ".session",
-    "last_trace": ".session",
-    "load_ipython_extension": ".magics",
-    "unload_ipython_extension": ".magics",
+    "check": ".teach",
+    "current_pool": ".notebook",
+    "last_trace": ".notebook",
+    "load_ipython_extension": ".notebook",
+    "unload_ipython_extension": ".notebook",
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is imported on first use
+    from .errors import (CellSyntaxError, DeadlockError, MPIHangError, PoolError, PoolStartError, RankDiedError,
+                         RankError)
+    from .notebook import current_pool, last_trace, load_ipython_extension, unload_ipython_extension
+    from .pool import Pool, RankFailure, RunResult
+    from .teach import CheckResult, check
+    from .trace import Trace
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'mpinb' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)

@@ -1,11 +1,32 @@
-"""Rank sets as people write them: ``"0,2-3"`` in, ``"ranks 0, 2-3"`` out."""
+"""Ranks as people write them: ``"0,2-3"`` in, ``"ranks 0, 2-3"`` out; how many ranks a pool has."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Union
+
+Targets = Union[int, str, Iterable[int], None]
+"""Which ranks: ``None`` (all), a rank, ranks, a ``range``, or text such as ``"0,2-3"``."""
 
 
-def parse_ranks(spec: object, size: int) -> list[int]:
+def rank_count(value: object, what: str = "n (the number of ranks)") -> int:
+    """A number of ranks: a whole number, at least 1. Every place that takes one checks it here."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a whole number, at least 1, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{what} must be a whole number, at least 1, not {value!r}")
+    return value
+
+
+def rank_count_in_text(text: str, what: str) -> int:
+    """:func:`rank_count` of a command-line argument or an environment variable (``ValueError``)."""
+    try:
+        return rank_count(int(text) if text.strip().isdigit() else text, what)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+
+
+def parse_ranks(spec: Targets, size: int) -> list[int]:
     """Turn a targets spec (int, iterable of ints, range, or ``"0,2-3"``) into sorted unique ranks.
 
     Raises ``ValueError`` naming the offending part when a rank is outside ``0..size-1``.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ._ranges import format_ranks
 
 if TYPE_CHECKING:
-    from .result import RankFailure, RunResult
+    from .pool._result import RankFailure, RunResult
 
 
 def _short_wait(state: dict) -> str:
@@ -95,7 +95,7 @@ class CellSyntaxError(Exception):
 class MPIHangError(TimeoutError):
     """A run stopped (timeout or interrupt) while ranks were blocked in MPI.
 
-    ``diagnosis`` (a :class:`mpinb.hang.Diagnosis`) holds, as data, what each rank waited in and
+    ``diagnosis`` (a :class:`mpinb.pool._hang.Diagnosis`) holds, as data, what each rank waited in and
     the wait-for cycle; ``str()`` is the text the notebook shows. The pool is usable afterwards.
     """
 

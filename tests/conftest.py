@@ -9,10 +9,10 @@ import psutil
 import pytest
 
 import mpinb
-from mpinb import session
+from mpinb.notebook import _session as session
 
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
-                "mpinb/_watchdog.py", "mpinb/_controller_main.py", "mpinb/rank/_engine_main.py")
+                "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 
 

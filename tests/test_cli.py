@@ -59,8 +59,8 @@ def test_run_executes_a_notebook_written_for_the_mpi_kernel(tmp_path, existing_p
 
 @pytest.mark.parametrize("args,message", [
     (["run", "missing.ipynb"], "no notebook at 'missing.ipynb'"),
-    (["run", "x.ipynb", "-n", "0"], "expected a whole number of ranks (at least 1), got '0'"),
-    (["doctor", "-n", "two"], "got 'two'"),
+    (["run", "x.ipynb", "-n", "0"], "the number of ranks must be a whole number, at least 1, not 0"),
+    (["doctor", "-n", "two"], "must be a whole number, at least 1, not 'two'"),
     (["kernel"], "the following arguments are required: ACTION"),
     (["launch"], "invalid choice: 'launch'"),
 ])
@@ -70,7 +70,7 @@ def test_bad_arguments_exit_2_with_a_clear_message(args, message):
 
 
 def test_bench_arguments_go_to_the_benchmarks():
-    from mpinb.cli import _parser, main
+    from mpinb.cli._main import _parser, main
 
     args, extra = _parser().parse_known_args(["bench", "--json", "out.json", "-n", "2"])
     assert args.command == "bench" and extra == ["--json", "out.json", "-n", "2"]
@@ -113,6 +113,6 @@ def test_kernel_install_writes_a_spec_for_this_python(tmp_path):
     assert done.returncode == 0, done.stderr
     folder = tmp_path / "share" / "jupyter" / "kernels" / "mpinb"
     spec = json.loads((folder / "kernel.json").read_text())
-    assert os.path.samefile(spec["argv"][0], sys.executable) and spec["argv"][1:3] == ["-m", "mpinb.kernel"]
+    assert os.path.samefile(spec["argv"][0], sys.executable) and spec["argv"][1:3] == ["-m", "mpinb.notebook.kernel"]
     assert spec["display_name"] == "Python (MPI, mpinb)" and spec["env"]["MPINB_RANKS"] == "6"
     assert (folder / "logo-64x64.png").exists() and (folder / "logo-32x32.png").exists()

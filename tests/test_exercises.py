@@ -7,7 +7,7 @@ import os
 import pytest
 
 import mpinb
-from mpinb.exercises import EXERCISES
+from mpinb.teach import EXERCISES
 
 SOLUTIONS = os.path.join(os.path.dirname(__file__), "..", "notebooks", "solutions")
 

@@ -10,7 +10,7 @@ import jupyter_client
 import pytest
 
 from conftest import wait_until_gone
-from mpinb import kernelspec
+from mpinb.cli import _kernelspec as kernelspec
 
 
 def execute(client, code: str, timeout: float = 60) -> tuple[dict, str]:

@@ -17,7 +17,7 @@ from conftest import pool_processes, wait_until_gone
 
 @pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError)])
 def test_bad_sizes_are_refused_before_anything_starts(n, error):
-    with pytest.raises(error, match="n must"):
+    with pytest.raises(error, match=r"n \(the number of ranks\) must be a whole number, at least 1"):
         mpinb.Pool(n)
 
 
@@ -106,7 +106,7 @@ def _alive(pid: int) -> bool:
 
 def test_launcher_options_reach_ipyparallel_launcher():
     with mpinb.Pool(1, launcher_options={"stop_seconds_until_kill": 2}) as pool:
-        (engine_set,) = pool._cluster.engines.values()
+        (engine_set,) = pool._supervisor.cluster.engines.values()
         assert engine_set.stop_seconds_until_kill == 2
         assert pool.run("rank").value == {0: 0}
 
@@ -117,8 +117,8 @@ def test_the_notebook_process_never_initializes_mpi(tmp_path):
     script.write_text("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n")
     code = textwrap.dedent(f"""
         import sys
-        import mpinb, mpinb.pool, mpinb.magics, mpinb.kernel, mpinb.session, mpinb.grading
-        import mpinb.doctor, mpinb.cli, mpinb.trace, mpinb.widgets, mpinb.train, mpinb.rank
+        import mpinb, mpinb.pool, mpinb.notebook, mpinb.notebook.kernel, mpinb.teach
+        import mpinb.cli._doctor, mpinb.cli, mpinb.trace, mpinb.widgets, mpinb.train, mpinb.rank
         with mpinb.Pool(2) as pool:
             res = pool.run("comm.allreduce(rank)")
             res.trace.summary(), res.trace.messages(), res.trace.matrix(), res.trace.collectives()

@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import mpinb
-from mpinb import session
+from mpinb.notebook import _session as session
 from mpinb.widgets import RankOutput
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
@@ -112,8 +112,8 @@ def test_syntax_error_is_reported_once(ip):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("-n 0", "must be at least 1"),
-        ("-n many", "is not a whole number"),
+        ("-n 0", "must be a whole number, at least 1, not 0"),
+        ("-n many", "must be a whole number, at least 1, not .many."),
         ("--bogus", "unrecognized arguments: --bogus"),
         ("--targets 4", "rank 4 outside the pool"),
         ("--timeout -1", "must be more than 0 seconds"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mpinb
-from mpinb.launch import find_mpiexec
+from mpinb.pool import find_mpiexec
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "mpi4py_suite" / "runner.py"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import mpinb
-from mpinb.launch import find_mpiexec
+from mpinb.pool import find_mpiexec
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 

@@ -35,9 +35,9 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
         assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"]
         assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
         assert pool.run("size").value == {0: 2, 1: 2}
-        security = os.path.join(pool._cluster.profile_dir, "security")
+        security = os.path.join(pool._supervisor.cluster.profile_dir, "security")
         assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
-        keys = [name for name in os.listdir(security) if name.startswith(f"ipcontroller-{pool._cluster.cluster_id}")]
+        keys = [name for name in os.listdir(security) if name.startswith(f"ipcontroller-{pool._supervisor.cluster.cluster_id}")]
         assert keys, "the connection files are where ipyparallel keeps them"
         for name in keys:
             mode = stat.S_IMODE(os.stat(os.path.join(security, name)).st_mode)
@@ -49,14 +49,14 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
     finally:
         pool.stop()
     assert jobs(slurm) == [], "stopping the pool cancels its job"
-    log = os.path.join(pool._cluster.profile_dir if pool._cluster else os.path.expanduser("~/.ipython/profile_mpinb"), "log")
+    log = os.path.expanduser("~/.ipython/profile_mpinb/log")  # the pool is stopped: its profile's log folder
     assert not [f for f in os.listdir(log) if f.startswith("slurm-")], "the job's script and output are cleaned up"
     assert not wait_until_gone(10, existing_pools)
 
 
 @pytest.mark.timeout(180)
 def test_magics_start_a_slurm_pool_with_batch_options(slurm, ip, existing_pools):
-    from mpinb import session
+    from mpinb.notebook import _session as session
 
     previous = session.current_pool()
     session.use_pool(None)

@@ -8,6 +8,11 @@ leaves daemons behind).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._protocol import Hello, Limits, Reply
+
 __all__ = ["hello", "init", "reset", "run_cell", "run_file"]
 
 
@@ -18,7 +23,7 @@ def init() -> None:
     init()
 
 
-def hello() -> dict:
+def hello() -> Hello:
     """Who this rank is (see :func:`._setup.hello`)."""
     from ._setup import hello
 
@@ -32,14 +37,14 @@ def reset() -> bool:
     return reset()
 
 
-def run_cell(source: str, filename: str, limits: dict) -> dict:
+def run_cell(source: str, filename: str, limits: Limits) -> Reply:
     """Run a cell on this rank (see :func:`._execute.run_cell`)."""
     from ._execute import run_cell
 
     return run_cell(source, filename, limits)
 
 
-def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: dict) -> dict:
+def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Limits) -> Reply:
     """Run a script on this rank as mpiexec would (see :func:`._execute.run_file`)."""
     from ._execute import run_file
 

@@ -20,6 +20,7 @@ import traceback
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from .._protocol import Failure, Limits, Reply
 from .._values import pack
 from ._output import capped_output
 from . import _waiting
@@ -29,17 +30,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL = (_HERE, os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
 
 
-def run_cell(source: str, filename: str, limits: dict) -> dict:
-    """Execute ``source`` in the user's namespace; the last expression's value is returned.
-
-    ``limits``: ``max_lines``, ``max_chars`` of output, ``trace`` (bool), ``trace_capacity``.
-    """
+def run_cell(source: str, filename: str, limits: Limits) -> Reply:
+    """Execute ``source`` in the user's namespace; the last expression's value is returned."""
     namespace = _user_namespace()
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return _run(lambda: _exec_cell(source, filename, namespace), filename, limits)
 
 
-def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: dict) -> dict:
+def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Limits) -> Reply:
     """Run a script as ``mpiexec python path *args`` would: ``__main__``, argv, cwd, stdin on rank 0."""
 
     def script() -> None:
@@ -89,12 +87,13 @@ def install_interrupt_handler() -> None:
     signal.signal(signal.SIGINT, _interrupt)
 
 
-def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
+def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     global _running_user_code
-    record: dict = {"value": None, "repr": "", "why": "", "has_value": False, "error": None}
+    record: Reply = {"value": None, "repr": "", "why": "", "has_value": False, "error": None,
+                     "trace": None, "dropped_lines": 0, "elapsed": 0.0}
     start = time.perf_counter()
     install_interrupt_handler()
-    tracing = recording(_user_namespace(), limits["trace"], limits.get("trace_capacity"))
+    tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"])
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
             _running_user_code = True
@@ -106,8 +105,8 @@ def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
             if exc.code not in (None, 0):
                 record["error"] = _describe(exc, filename, exit_code=exc.code)
         except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
-            record["error"] = _describe(exc, filename)
-            record["error"]["waiting"] = _waiting.interrupted_wait()
+            record["error"] = failure = _describe(exc, filename)
+            failure["waiting"] = _waiting.interrupted_wait()
             _waiting.clear()
         else:
             if value is not None:
@@ -120,7 +119,7 @@ def _run(body: Callable[[], object], filename: str, limits: dict) -> dict:
     return record
 
 
-def _describe(exc: BaseException, filename: str, exit_code: object = None) -> dict:
+def _describe(exc: BaseException, filename: str, exit_code: object = None) -> Failure:
     tbe = traceback.TracebackException.from_exception(exc)
     frames = [f for f in tbe.stack if not f.filename.startswith(_INTERNAL)]
     tbe.stack = traceback.StackSummary.from_list(frames or list(tbe.stack)[-1:])

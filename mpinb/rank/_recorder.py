@@ -6,6 +6,8 @@ import time
 
 from mpi4py import MPI
 
+from .._protocol import Recording
+
 DEFAULT_CAPACITY = 100_000
 
 
@@ -30,7 +32,7 @@ class Recorder:
         self._began = time.perf_counter()
         self.on = True
 
-    def stop(self) -> dict:
+    def stop(self) -> Recording:
         """Stop recording; return what was recorded, in a form that pickles cheaply."""
         self.on = False
         used = {event[2] for event in self.events}

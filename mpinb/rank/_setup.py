@@ -7,8 +7,10 @@ import os
 import socket
 import sys
 
+from .._protocol import Hello
+
 _ready = False
-_failure = ""  # the traceback of a failed start-up, for the pool to show
+_failure: str | None = None  # the traceback of a failed start-up, for the pool to show
 
 
 def init() -> None:
@@ -33,7 +35,7 @@ def _init() -> None:
     from ._tracing import install
 
     world = MPI.COMM_WORLD
-    from .._deathwatch import report_for_duty
+    from ._deathwatch import report_for_duty
 
     report_for_duty(world.Get_rank())
     namespace = get_ipython().user_ns
@@ -75,7 +77,7 @@ def _finalize_is_owned_by_the_pool() -> None:
     """MPI.Finalize() inside the pool: MPI ends when the pool stops, not before."""
 
 
-def hello() -> dict:
+def hello() -> Hello:
     """Who this rank is; the pool calls it once to check every rank came up with the right world."""
     from mpi4py import MPI
 

@@ -28,6 +28,7 @@ from array import array
 
 from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
                        SEND, WAIT)
+from .._protocol import WaitKind, WaitState, wait_state
 from .._ranges import format_ranks
 from . import _objects as _objects_module
 from ._recorder import RECORDER as _rec
@@ -93,17 +94,16 @@ def _peer_world(comm, peer) -> int:
     return peer if isinstance(peer, int) else -1
 
 
-def _describer(comm, op: str, kind: str, peer, tag, size: int, where: tuple[str, int], root=None):
+def _describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple[str, int], root=None):
     """What a wait is for, built only if the wait lasts (``_waiting`` calls it after spinning)."""
     return _describe, (comm, op, kind, peer, tag, size, where, root)
 
 
-def _describe(comm, op, kind, peer, tag, size, where, root) -> dict:
-    return {"op": op, "kind": kind, "comm": comm._mpinb_id, "members": _rec.comms.get(comm._mpinb_id),
-            "peer": _peer_world(comm, peer) if peer is not None else None,
-            "any_source": peer == MPI.ANY_SOURCE, "tag": tag, "bytes": size,
-            "root": _peer_world(comm, root) if root is not None and root >= 0 else None,
-            "file": where[0], "line": where[1]}
+def _describe(comm, op, kind, peer, tag, size, where, root) -> WaitState:
+    return wait_state(op, kind, where, comm=comm._mpinb_id, members=_rec.comms.get(comm._mpinb_id),
+                      peer=_peer_world(comm, peer) if peer is not None else None,
+                      any_source=peer == MPI.ANY_SOURCE, tag=tag, nbytes=size,
+                      root=_peer_world(comm, root) if root is not None and root >= 0 else None)
 
 
 def _named(method, base):
@@ -189,7 +189,7 @@ def _post_object(comm, post, obj, dest, tag):
     return post(comm, [data, _BYTE], dest, tag), len(data)
 
 
-def _describe_receive(comm, name, source, tag, buf, where) -> dict:
+def _describe_receive(comm, name, source, tag, buf, where) -> WaitState:
     return _describe(comm, name, "recv", source, tag, _nbytes(buf), where, None)
 
 
@@ -605,7 +605,7 @@ class _TwinMixin:
             super().free()
 
     def Abort(self, errorcode: int = 0):
-        from .._deathwatch import report_abort
+        from ._deathwatch import report_abort
 
         report_abort(errorcode)
         return super().Abort(errorcode)
@@ -744,16 +744,17 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         twin._event = event if recorded else None
         return twin
 
-    def _describe(self, where) -> dict:
+    def _describe(self, where) -> WaitState:
         if self._what is None:
             return _waiting_on_nothing_known("Wait", where)
         op, kind, comm, peer, tag = self._what[:5]
         members = _rec.comms.get(comm)
         world_peer = members[peer] if members and isinstance(peer, int) and 0 <= peer < len(members) else peer
-        return {"op": op, "kind": ("send", "recv", "collective")[min(kind, 2)], "comm": comm,
-                "members": members, "peer": world_peer if kind != COLLECTIVE else None,
-                "any_source": peer == MPI.ANY_SOURCE and kind == RECV, "tag": tag, "bytes": self._what[5],
-                "root": None, "file": where[0], "line": where[1], "via": "wait"}
+        state = wait_state(op, ("send", "recv", "collective")[min(kind, 2)], where, comm=comm, members=members,
+                           peer=world_peer if kind != COLLECTIVE else None,
+                           any_source=peer == MPI.ANY_SOURCE and kind == RECV, tag=tag, nbytes=self._what[5])
+        state["via"] = "wait"
+        return state
 
     def _done(self, status) -> None:
         event = self._event
@@ -939,14 +940,13 @@ def _first_some_done(value) -> bool:
     return _some_done(value[0])
 
 
-def _waiting_on_nothing_known(name: str, where) -> dict:
-    return {"op": name, "kind": "wait", "comm": None, "members": None, "peer": None, "any_source": False,
-            "tag": -1, "bytes": 0, "root": None, "file": where[0], "line": where[1]}
+def _waiting_on_nothing_known(name: str, where) -> WaitState:
+    return wait_state(name, "wait", where)
 
 
 def _many(name: str, requests, where):
     """Describe a wait on several requests by the first one still pending."""
-    def describe() -> dict:
+    def describe() -> WaitState:
         for request in requests:
             if type(request) is TracedRequest and request._what is not None and request:
                 state = request._describe(where)

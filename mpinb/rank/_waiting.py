@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 
+from .._protocol import WAIT_KEY, WaitState
+
 SPIN_SECONDS = 0.01     # pure polling first: large transfers need MPI progress calls
 FIRST_PAUSE = 50e-6     # then sleep, doubling up to
 LONGEST_PAUSE = 0.002   # which bounds both the added latency and the reaction to a signal
@@ -23,14 +25,14 @@ _now = time.perf_counter
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 # What this rank is waiting for right now (None when it is not in a traced MPI wait).
-current: dict | None = None
+current: WaitState | None = None
 
 
-def publish(state: dict | None) -> None:
+def publish(state: WaitState | None) -> None:
     try:
         from ipyparallel.datapub import publish_data
 
-        publish_data({"mpinb_wait": state})
+        publish_data({WAIT_KEY: state})
     except Exception:  # noqa: BLE001 - outside an engine (plain mpiexec) there is no channel
         pass
 
@@ -100,7 +102,7 @@ def abandon(request) -> None:
         _abandoned.append(request)
 
 
-def interrupted_wait() -> dict | None:
+def interrupted_wait() -> WaitState | None:
     """The wait that an exception (interrupt, abort) just broke out of, if any."""
     return current
 

@@ -9,9 +9,9 @@ import time
 import anywidget
 import traitlets as t
 
-from .. import _render
+from ..pool import _render
 from .._ranges import format_ranks
-from ..result import RunResult
+from ..pool._result import RunResult
 from ._fallback import StaticFallback
 
 # Richest first: the one kind of each display bundle that the widget keeps.

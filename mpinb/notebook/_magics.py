@@ -1,4 +1,4 @@
-"""``%mpi``, ``%%mpi`` and ``%autompi``: parse the arguments, then call :mod:`mpinb.session`.
+"""``%mpi``, ``%%mpi`` and ``%autompi``: parse the arguments, then call :mod:`mpinb.notebook._session`.
 
 Usage errors raise IPython's ``UsageError`` with the usage text, so a typo never starts anything.
 """
@@ -12,8 +12,9 @@ import shlex
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
-from . import session
-from .errors import PoolError, PoolStartError, RankDiedError
+from . import _session as session
+from .._ranges import rank_count_in_text
+from ..errors import PoolError, PoolStartError, RankDiedError
 
 _USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
@@ -31,14 +32,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message or self.format_help())
 
 
-def _positive_int(text: str) -> int:
+def _rank_count(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+        return rank_count_in_text(text, "the number of ranks")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive_float(text: str) -> float:
@@ -52,7 +50,7 @@ def _positive_float(text: str) -> float:
 
 
 def _add_size(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", type=_positive_int, metavar="N", help="number of MPI ranks")
+    parser.add_argument("-n", type=_rank_count, metavar="N", help="number of MPI ranks")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +121,7 @@ def _split(line: str) -> list[str]:
 
 @magics_class
 class MPIMagics(Magics):
-    """The magics; each one parses its line, then calls a function of :mod:`mpinb.session`."""
+    """The magics; each one parses its line, then calls a function of :mod:`mpinb.notebook._session`."""
 
     @line_cell_magic
     def mpi(self, line: str, cell: str | None = None):

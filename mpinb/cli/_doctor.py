@@ -61,8 +61,8 @@ class Report:
 
 def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
     """Run every check, printing each result as it comes; the report counts the problems."""
-    from . import __version__
-    from .launch import find_mpiexec, mpi_family_in
+    from .. import __version__
+    from ..pool._launch import find_mpiexec, mpi_family_in
 
     report = Report()
 
@@ -150,7 +150,7 @@ def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
                         "waiting, so computing ranks are not starved")
 
     def pool() -> None:
-        from .pool import Pool
+        from ..pool._pool import Pool
 
         began = time.perf_counter()
         try:
@@ -180,7 +180,7 @@ def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 def _mpiexec(mpiexec: str, n: int, code: str, timeout: float) -> subprocess.CompletedProcess:
-    from .launch import LaunchSettings, rank_environment
+    from ..pool._launch import LaunchSettings, rank_environment
 
     env = {**os.environ, **rank_environment(LaunchSettings(n=n))}
     return _run([mpiexec, "-n", str(n), sys.executable, "-c", code], timeout, env)

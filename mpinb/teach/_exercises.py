@@ -9,8 +9,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._events import CART_DERIVING_CALLS
-from .trace import Trace
+from .._events import CART_DERIVING_CALLS
+from ..trace import Trace
 
 Hints = list[str]
 

@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .._ranges import rank_count_in_text
+
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,9 +70,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of ranks (at least 1), got {text!r}")
-    return int(text)
+    try:
+        return rank_count_in_text(text, "the number of ranks")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _lab(args) -> int:
@@ -92,7 +95,7 @@ def _tutorials() -> str:
 
 
 def _run(args) -> int:
-    from .headless import run_notebook
+    from ._headless import run_notebook
 
     result = run_notebook(args.notebook, ranks=args.n, output=args.output, timeout=args.timeout)
     if result.ok:
@@ -103,7 +106,7 @@ def _run(args) -> int:
 
 
 def _doctor(args) -> int:
-    from .doctor import diagnose
+    from ._doctor import diagnose
 
     return 1 if diagnose(args.n).problems else 0
 
@@ -115,7 +118,7 @@ def _bench(args) -> int:
 
 
 def _kernel_install(args) -> int:
-    from .kernelspec import install
+    from ._kernelspec import install
 
     prefix = sys.prefix if args.sys_prefix else args.prefix
     path = install(user=args.user, prefix=prefix, ranks=args.n)

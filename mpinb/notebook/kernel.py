@@ -3,7 +3,7 @@
 the pool. The pool starts with the kernel (``$MPINB_RANKS`` ranks, from the kernelspec) and stops
 with it. Tab completion and Shift-Tab inspection look into rank 0's namespace.
 
-Run as ``python -m mpinb.kernel -f CONNECTION_FILE`` (what the kernelspec in ``kernel/`` does).
+Run as ``python -m mpinb.notebook.kernel -f CONNECTION_FILE`` (what the kernelspec in ``kernel/`` does).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
-from . import __version__, session
-from .magics import _set_autompi, runs_on_ranks
-from .rank import _introspect
+from .. import __version__
+from . import _session as session
+from ._magics import _set_autompi, runs_on_ranks
+from ..rank import _introspect
 
 ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from .errors import MPIHangError
-from .exercises import EXERCISES, Exercise
+from ..errors import MPIHangError
+from ._exercises import EXERCISES, Exercise
 
 
 @dataclass
@@ -46,7 +46,7 @@ def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
         raise ValueError(f"unknown exercise {exercise!r}; the exercises are: {known}")
     spec = EXERCISES[exercise]
     if pool is None:
-        from .session import current_pool
+        from ..notebook._session import current_pool
 
         pool = current_pool()
     if pool is None or not pool.running:
@@ -83,7 +83,7 @@ def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
 
 
 def _ranks(ranks: list[int]) -> str:
-    from ._ranges import format_ranks
+    from .._ranges import format_ranks
 
     return format_ranks(ranks)
 

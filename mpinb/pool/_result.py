@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import _render
-from ._ranges import format_ranks
-from .errors import RankError
-from .trace import Trace
+from .._ranges import format_ranks
+from ..errors import RankError
+from ..trace import Trace
 
 
 @dataclass(frozen=True)

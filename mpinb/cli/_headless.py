@@ -9,7 +9,8 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from . import kernelspec
+from .._ranges import rank_count
+from . import _kernelspec as kernelspec
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -34,8 +35,8 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
         raise FileNotFoundError(f"no notebook at {path!r}")
     nb = nbformat.read(path, as_version=4)
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
-    if ranks is not None and ranks < 1:
-        raise ValueError(f"-n must be at least 1 rank, not {ranks}")
+    if ranks is not None:
+        ranks = rank_count(ranks, "-n")
     with tempfile.TemporaryDirectory() as scratch, _environment(scratch, kernel, ranks):
         client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
                                 resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from ._ranges import format_ranks
+from .._ranges import format_ranks
 
 # Colour-blind friendly qualitative palette (Tableau 10); the widget uses the same one.
 COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",

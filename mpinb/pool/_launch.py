@@ -10,7 +10,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
-from .errors import PoolStartError
+from ..errors import PoolStartError
 
 # Threads per rank: one unless the user says otherwise, or N ranks x N threads thrash the cores.
 THREAD_VARIABLES = (

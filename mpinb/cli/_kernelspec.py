@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import sys
+
+from .._ranges import rank_count
 import tempfile
 
 KERNEL_NAME = "mpinb"
@@ -13,7 +15,7 @@ KERNEL_NAME = "mpinb"
 
 def source_dir() -> str:
     """The spec shipped in the wheel (``mpinb/kernelspec``), or ``kernel/`` of a source checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the mpinb package
     for candidate in (os.path.join(here, "kernelspec"), os.path.join(os.path.dirname(here), "kernel")):
         if os.path.isfile(os.path.join(candidate, "kernel.json")):
             return candidate
@@ -29,9 +31,7 @@ def render(directory: str, ranks: int | None = None) -> str:
         spec = json.load(handle)
     spec["argv"][0] = sys.executable
     if ranks is not None:
-        if ranks < 1:
-            raise ValueError(f"the kernel needs at least 1 rank, not {ranks}")
-        spec["env"]["MPINB_RANKS"] = str(ranks)
+        spec["env"]["MPINB_RANKS"] = str(rank_count(ranks, "--ranks"))
     with open(path, "w") as handle:
         json.dump(spec, handle, indent=2)
     return target

@@ -9,7 +9,7 @@ import re
 import subprocess
 import time
 
-from .launch import slurm_output
+from ._launch import slurm_output
 
 
 def job_of(launcher) -> str | None:

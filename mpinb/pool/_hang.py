@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ._ranges import format_ranks
+from .._protocol import WAIT_KEY, WaitState
+from .._ranges import format_ranks
 
 FIXES = {
     "send": ("Each rank sends before it receives. Small messages are buffered, so this often works; "
@@ -170,7 +171,7 @@ class HangWatch:
         for rank, data, finished in zip(self.ranks, published, done):
             if finished:
                 continue
-            state = (data or {}).get("mpinb_wait")
+            state = (data or {}).get(WAIT_KEY)
             if not state:
                 self.diagnosis = None  # someone still computes: not (yet) a hang
                 return None

@@ -7,12 +7,12 @@ import time
 
 from IPython.display import display
 
-from ._ranges import format_ranks
-from .errors import CellSyntaxError, PoolError, RankError
-from .pool import Pool
-from .result import RunResult
-from .trace import Trace
-from .widgets import RankOutput, TraceView
+from .._ranges import format_ranks
+from ..errors import CellSyntaxError, PoolError, RankError
+from ..pool._pool import Pool
+from ..pool._result import RunResult
+from ..trace import Trace
+from ..widgets import RankOutput, TraceView
 
 OUTPUT_MODES = ("tabs", "merged", "rank0")
 VIEW_MODES = ("compact", "full", "none")
@@ -56,7 +56,7 @@ def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_ar
                    time: str | None = None, account: str | None = None) -> dict:
     """``Pool`` options from ``%mpi start``'s: hosts in the spelling of the chosen MPI, batch
     settings (partition, time, account) for ipyparallel's batch launchers."""
-    from .launch import LOCAL_LAUNCHERS, batch_options, find_mpiexec, host_arguments
+    from ..pool._launch import LOCAL_LAUNCHERS, batch_options, find_mpiexec, host_arguments
 
     batch = batch_options(partition, time, account)
     if batch and launcher in (*LOCAL_LAUNCHERS, "srun", "ssh"):

@@ -1,0 +1,108 @@
+"""The messages between the ranks and the notebook, defined once for both sides.
+
+Each rank answers the pool's requests with plain dicts (they pickle cheaply and need no mpinb class
+to unpickle); these ``TypedDict`` types name their keys, and the functions here are the only places
+that build them. Like :mod:`mpinb._events`, importing this module imports nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+if TYPE_CHECKING:  # only named in annotations, which are never evaluated here (Python 3.10 too)
+    if sys.version_info >= (3, 11):
+        from typing import NotRequired
+    else:
+        from typing_extensions import NotRequired
+
+# The environment variable that gives each local rank the address of the pool's death watch.
+DEATHWATCH_ENVIRONMENT = "MPINB_DEATHWATCH"
+# The key under which a blocked rank publishes its wait on ipyparallel's data channel.
+WAIT_KEY = "mpinb_wait"
+
+WaitKind = Literal["send", "recv", "collective", "wait"]
+
+
+class Limits(TypedDict):
+    """What the pool asks of one run: output caps and tracing."""
+
+    max_lines: int
+    max_chars: int
+    trace: bool
+    trace_capacity: int
+
+
+class WaitState(TypedDict):
+    """What a rank blocked in MPI waits for; published while it waits, kept with an interrupt."""
+
+    op: str
+    kind: WaitKind
+    comm: str | None
+    members: list[int] | None  # the communicator's world ranks, when known
+    peer: int | None  # world rank
+    any_source: bool
+    tag: int
+    bytes: int
+    root: int | None  # world rank
+    file: str
+    line: int
+    via: NotRequired[str]  # "wait": the wait on a request, not the call that started it
+    since: NotRequired[float]  # time.time() when the wait began
+    waited: NotRequired[float]  # seconds, added by the notebook
+
+
+class Failure(TypedDict):
+    """An exception raised by user code on one rank (becomes a :class:`mpinb.RankFailure`)."""
+
+    type: str
+    message: str
+    traceback: str
+    line: int | None
+    file: str
+    waiting: NotRequired[WaitState | None]
+
+
+class Recording(TypedDict):
+    """One rank's recorded MPI calls (see :mod:`mpinb._events` for each event's fields)."""
+
+    events: list[tuple]
+    dropped: int
+    comms: dict[str, list[int]]
+    began: float
+    ended: float
+    offset: float
+
+
+class Reply(TypedDict):
+    """A rank's answer to ``run_cell``/``run_file``."""
+
+    has_value: bool
+    value: bytes | None  # see mpinb._values.pack
+    repr: str
+    why: str
+    error: Failure | None
+    trace: Recording | None
+    dropped_lines: int
+    elapsed: float
+
+
+class Hello(TypedDict):
+    """A rank's answer when the pool starts: who it is, and whether it initialised."""
+
+    ready: bool
+    failure: str | None
+    rank: int
+    size: int
+    host: str
+    pid: int
+    mpi: str
+
+
+def wait_state(op: str, kind: WaitKind, where: tuple[str, int], *, comm: str | None = None,
+               members: list[int] | None = None, peer: int | None = None, any_source: bool = False,
+               tag: int = -1, nbytes: int = 0, root: int | None = None) -> WaitState:
+    """The one constructor of :class:`WaitState`; ``where`` is the user's (file, line)."""
+    return {"op": op, "kind": kind, "comm": comm, "members": members, "peer": peer,
+            "any_source": any_source, "tag": tag, "bytes": nbytes, "root": root,
+            "file": where[0], "line": where[1]}

@@ -1,0 +1,321 @@
+"""The engine pool: MPI ranks that stay alive between cells, driven through ipyparallel.
+
+``Pool`` is the facade: :class:`~._supervisor.Supervisor` starts, watches and stops the
+processes, :mod:`._run` follows one run and collects its result, :mod:`._data` moves variables.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import socket
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+import psutil
+
+from .. import rank as _rank
+from .._protocol import Limits
+from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
+from ..errors import PoolError, RankDiedError
+from . import _data
+from ._launch import LaunchSettings
+from ._result import RunResult
+from ._run import collect, follow, stopped_error
+from ._streams import OutputCallback
+from ._supervisor import Supervisor
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+RESET_TIMEOUT = 10.0
+_cell_numbers = itertools.count(1)
+_live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
+T = TypeVar("T")
+
+
+class Pool:
+    """A set of MPI ranks (one process each) that keep their state between runs.
+
+    ``Pool(4)`` starts nothing; :meth:`start` returns when every rank is ready. Use it as a
+    context manager to be sure the ranks stop::
+
+        with mpinb.Pool(4) as pool:
+            pool.run("print(rank, size)")
+    """
+
+    def __init__(
+        self,
+        n: int | None = None,
+        *,
+        launcher: str = "mpi",
+        mpiexec: str | None = None,
+        mpiexec_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        yield_when_idle: bool | None = None,
+        start_timeout: float = 60.0,
+        max_output_lines: int = 10_000,
+        max_output_chars: int = 1_000_000,
+        trace_capacity: int = 100_000,
+        controller_ip: str | None = None,
+        launcher_options: Mapping[str, object] | None = None,
+    ):
+        n = default_size() if n is None else rank_count(n)
+        if isinstance(mpiexec_args, str):
+            raise TypeError("mpiexec_args must be a list of arguments, e.g. ['-f', 'hosts.txt']")
+        self.settings = LaunchSettings(
+            n=n,
+            launcher=launcher,
+            mpiexec=mpiexec,
+            mpiexec_args=list(mpiexec_args),
+            env=dict(env or {}),
+            yield_when_idle=yield_when_idle,
+            launcher_options=dict(launcher_options or {}),
+        )
+        self.start_timeout = start_timeout
+        self.max_output_lines = max_output_lines
+        self.max_output_chars = max_output_chars
+        self.trace_capacity = trace_capacity
+        self.controller_ip = controller_ip
+        self.last_result: RunResult | None = None
+        self._supervisor: Supervisor | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments that make a pool like this one (``Pool(pool.size, **pool.options())``)."""
+        settings = self.settings
+        return {
+            "launcher": settings.launcher, "mpiexec": settings.mpiexec,
+            "mpiexec_args": list(settings.mpiexec_args), "env": dict(settings.env),
+            "yield_when_idle": settings.yield_when_idle, "start_timeout": self.start_timeout,
+            "max_output_lines": self.max_output_lines, "max_output_chars": self.max_output_chars,
+            "trace_capacity": self.trace_capacity, "controller_ip": self.controller_ip,
+            "launcher_options": dict(settings.launcher_options),
+        }
+
+    @property
+    def size(self) -> int:
+        return self.settings.n
+
+    @property
+    def running(self) -> bool:
+        return self._supervisor is not None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<mpinb.Pool {self.size} ranks, {state}>"
+
+    def __enter__(self) -> Pool:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def start(self) -> Pool:
+        """Launch the controller and the ranks; return once every rank answers."""
+        if self.running:
+            return self
+        supervisor = Supervisor(self.settings, self.start_timeout, self.controller_ip)
+        supervisor.start()
+        self._supervisor = supervisor
+        _live_pools.add(self)
+        return self
+
+    def stop(self) -> None:
+        """Stop every rank and the controller; no process is left behind."""
+        _live_pools.discard(self)
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.shutdown()
+
+    def restart(self, n: int | None = None) -> Pool:
+        """Stop, then start again (with ``n`` ranks if given). The ranks' variables are lost."""
+        if n is not None:
+            n = rank_count(n)
+        self.stop()
+        if n is not None:
+            self.settings.n = n
+        return self.start()
+
+    # -- running code -------------------------------------------------------------------------
+
+    def ranks(self, targets: Targets = None) -> list[int]:
+        """The ranks a targets spec selects (``None`` = all; ``"0,2-3"``, a list, a range, an int)."""
+        return parse_ranks(targets, self.size)
+
+    def run(
+        self,
+        code: str,
+        targets: Targets = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+        check: bool = True,
+        trace: bool = True,
+    ) -> RunResult:
+        """Run ``code`` on the ranks; the value of its last expression comes back per rank.
+
+        With ``trace`` (the default) every MPI call the code makes is recorded into
+        ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost.
+
+        Raises ``SyntaxError`` once (not once per rank) for code that does not compile,
+        :class:`RankError` when user code raised on any rank (``check=False`` returns the
+        result instead), ``TimeoutError`` when ``timeout`` seconds pass (the ranks are
+        interrupted first). The pool stays usable after each of them.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
+        filename = f"<mpi-cell-{next(_cell_numbers)}>"
+        compile(code, filename, "exec")  # one clear SyntaxError here instead of one per rank
+        args = (code, filename, self._limits(trace))
+        return self._execute(_rank.run_cell, args, targets, timeout, on_output, check)
+
+    def run_file(
+        self,
+        path: str | os.PathLike,
+        args: Iterable[object] = (),
+        stdin: str | bytes | None = None,
+        targets: Targets = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+        check: bool = True,
+        trace: bool = True,
+    ) -> RunResult:
+        """Run an existing MPI script unchanged, as ``mpiexec -n N python path args`` would.
+
+        ``__name__ == "__main__"``, ``sys.argv``, the working directory and ``stdin`` (given to rank
+        0) are what ``mpiexec`` gives; ``sys.exit(0)`` is success.
+        """
+        path = os.path.abspath(os.fspath(path))
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no script at {path}: check the name and the working directory ({os.getcwd()})")
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path} is a folder; give the path of a .py script")
+        if isinstance(stdin, bytes):
+            stdin = stdin.decode()
+        argv = [str(arg) for arg in args] if not isinstance(args, str) else args.split()
+        call = (path, argv, stdin, os.getcwd(), self._limits(trace))
+        return self._execute(_rank.run_file, call, targets, timeout, on_output, check)
+
+    def _limits(self, trace: bool) -> Limits:
+        return {"max_lines": self.max_output_lines, "max_chars": self.max_output_chars,
+                "trace": bool(trace), "trace_capacity": self.trace_capacity}
+
+    def interrupt(self, targets: Targets = None) -> None:
+        """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""
+        self._running().interrupt(self.ranks(targets))
+
+    def _execute(self, call: Callable, args: tuple, targets: Targets, timeout: float | None,
+                 on_output: OutputCallback | None, check: bool) -> RunResult:
+        supervisor = self._running()
+        ranks = self.ranks(targets)
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
+        if outcome.stopped == "died":
+            raise self._after_death(supervisor, outcome.dead)
+        result = self.last_result = collect(supervisor.client, outcome, self.size)
+        if outcome.stopped or outcome.released:
+            self._fresh_world()
+        if outcome.stopped:
+            raise stopped_error(supervisor.client, outcome, timeout)
+        if check:
+            result.raise_for_errors()
+        return result
+
+    def _fresh_world(self) -> None:
+        """After an aborted run, every rank moves to a new world so that no message the run left
+        in flight can reach a later receive."""
+        try:
+            self._running().client[:].apply_async(_rank.reset).get(timeout=RESET_TIMEOUT)
+        except Exception as err:  # noqa: BLE001 - say what happened; the pool may need a restart
+            raise PoolError(
+                "the ranks could not start a fresh MPI world after the aborted run "
+                f"({type(err).__name__}: {err}); run `%mpi restart` (Pool.restart())"
+            ) from None
+
+    def _after_death(self, supervisor: Supervisor, dead: list[int]) -> RankDiedError:
+        """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
+        what = supervisor.why_dead(dead)
+        self.restart()
+        return RankDiedError(f"{what}, so the pool was restarted with {self.size} fresh ranks: every rank's "
+                             "variables are lost.")
+
+    def _running(self) -> Supervisor:
+        if self._supervisor is None:
+            raise PoolError("the pool is not running: call pool.start() (or `%mpi start`) first")
+        return self._supervisor
+
+    # -- moving data --------------------------------------------------------------------------
+
+    def push(self, namespace: Mapping[str, object], targets: Targets = None) -> None:
+        """Copy ``{name: value}`` into the namespace of every (targeted) rank."""
+        _data.push(self._running(), namespace, self.ranks(targets))
+
+    def pull(self, name: str, targets: Targets = None) -> list[Any]:
+        """The value of ``name`` on each (targeted) rank, in rank order."""
+        return _data.pull(self._running(), name, self.ranks(targets))
+
+    def scatter(self, name: str, array: ArrayLike, targets: Targets = None) -> None:
+        """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``."""
+        _data.scatter(self._running(), name, array, self.ranks(targets))
+
+    def gather(self, name: str, targets: Targets = None) -> np.ndarray:
+        """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`)."""
+        return _data.gather(self._running(), name, self.ranks(targets))
+
+    # -- status -------------------------------------------------------------------------------
+
+    def call(self, function: Callable[..., T], *args: object, rank: int = 0, timeout: float = 5.0) -> T:
+        """``function(*args)`` on one rank, outside any cell (no output capture, no trace).
+
+        For quick questions to an idle rank, such as completions; ``function`` must be importable
+        on the ranks. Raises ``TimeoutError`` if the rank does not answer within ``timeout`` s
+        (it is busy running a cell).
+        """
+        supervisor = self._running()
+        (rank,) = self.ranks([rank])
+        return supervisor.client[supervisor.engine_of[rank]].apply_async(function, *args).get(timeout=timeout)
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per rank: rank, host, pid, state (idle/busy), CPU % and memory (MB) when local."""
+        supervisor = self._running()
+        queue = supervisor.client.queue_status()
+        here = socket.gethostname()
+        rows = []
+        for rank in range(self.size):
+            info = supervisor.ranks_info[rank]
+            engine = queue.get(supervisor.engine_of[rank], {})
+            row: dict[str, Any] = {
+                "rank": rank,
+                "host": info["host"],
+                "pid": info["pid"],
+                "state": "busy" if engine.get("queue", 0) else "idle",
+                "cpu_percent": None,
+                "memory_mb": None,
+            }
+            if info["host"] == here:
+                try:
+                    proc = psutil.Process(info["pid"])
+                    row["cpu_percent"] = proc.cpu_percent(interval=None)
+                    row["memory_mb"] = proc.memory_info().rss / 2**20
+                except psutil.Error:
+                    row["state"] = "dead"
+            rows.append(row)
+        return rows
+
+
+def default_size() -> int:
+    """``$MPINB_RANKS`` (set by the MPI kernel's spec, or by hand), else the number of cores."""
+    value = os.environ.get("MPINB_RANKS", "").strip()
+    return rank_count_in_text(value, "MPINB_RANKS") if value else os.cpu_count() or 1
+
+
+@atexit.register
+def _stop_live_pools() -> None:
+    for pool in list(_live_pools):
+        pool.stop()

@@ -1,0 +1,187 @@
+"""One run on the ranks: follow it to its end (output, hangs, failures, deaths, the clock), then
+turn the ranks' replies into a :class:`RunResult`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .._protocol import Reply
+from .._ranges import format_ranks
+from .._values import unpack
+from ..errors import DeadlockError, MPIHangError
+from ..trace import Trace
+from ._hang import Diagnosis, HangWatch
+from ._result import RankFailure, RunResult
+from ._streams import OutputCallback, StreamTracker
+from ._supervisor import Supervisor
+
+# How long ranks get to come back after an interrupt before the caller gets control anyway.
+INTERRUPT_GRACE = 2.0
+# After one rank failed, how long the others get to finish before they are interrupted.
+RELEASE_AFTER = 0.3
+_POLL = 0.05
+
+
+@dataclass
+class Outcome:
+    """How a run ended; ``stopped`` is ``"timeout"``, ``"interrupt"``, ``"died"`` or ``None``."""
+
+    pending: Any  # ipyparallel.AsyncResult
+    ranks: list[int]
+    elapsed: float = 0.0
+    stopped: str | None = None
+    released: list[int] = field(default_factory=list)  # interrupted because another rank failed
+    dead: list[int] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+
+
+def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, ranks: list[int],
+           size: int, timeout: float | None, on_output: OutputCallback | None) -> Outcome:
+    """Run ``call(*args)`` on ``ranks`` and follow it until every rank replied or it must stop."""
+    started = time.perf_counter()
+    pending = supervisor.view(ranks).apply_async(call, *args)
+    outcome = Outcome(pending, ranks)
+    tracker = StreamTracker(pending, ranks)
+    watch = HangWatch(ranks, idle=[r for r in range(size) if r not in ranks])
+    failures = _FirstFailure(supervisor.client, pending)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while not pending.ready():
+            pending.wait(_POLL)
+            tracker.poll(on_output)
+            if pending.ready():
+                break
+            outcome.dead = supervisor.first_dead()  # any rank's death ends the MPI job
+            if outcome.dead:
+                outcome.stopped = "died"
+                return outcome
+            done = finished(supervisor.client, pending)
+            news = watch.update(pending.data, done)
+            if news is not None and on_output is not None:
+                on_output(ranks[0], "hang", news.text())
+            if failures.seen_at is None:
+                failures.check(done)
+            elif not outcome.released and time.monotonic() - failures.seen_at > RELEASE_AFTER:
+                # mpi4py's own runner aborts every rank when one fails; we interrupt the rest
+                # (they are usually waiting for the failed one) and keep the pool.
+                outcome.released = [r for r, over in zip(ranks, done) if not over]
+                supervisor.interrupt(outcome.released)
+            if deadline is not None and time.monotonic() > deadline:
+                outcome.stopped = "timeout"
+                break
+    except KeyboardInterrupt:
+        outcome.stopped = "interrupt"
+    if outcome.stopped:
+        supervisor.interrupt(ranks)
+        pending.wait(INTERRUPT_GRACE)
+    pending.wait_for_output(0.5 if pending.ready() else 0)
+    tracker.poll(on_output)
+    outcome.diagnosis = watch.diagnosis
+    outcome.elapsed = time.perf_counter() - started
+    return outcome
+
+
+class _FirstFailure:
+    """Notices the first finished rank whose reply carries an error (each reply fetched once)."""
+
+    def __init__(self, client: Any, pending: Any):
+        self.client, self.pending = client, pending
+        self.seen_at: float | None = None
+        self._fetched: set[str] = set()
+
+    def check(self, done: list[bool]) -> None:
+        for msg_id, over in zip(self.pending.msg_ids, done):
+            if not over or msg_id in self._fetched:
+                continue
+            self._fetched.add(msg_id)
+            try:
+                reply = self.client.get_result(msg_id).get(timeout=1)
+            except Exception as err:  # noqa: BLE001 - the request itself failed
+                reply = err
+            if isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error")):
+                self.seen_at = time.monotonic()
+                return
+
+
+def finished(client: Any, pending: Any) -> list[bool]:
+    """Per rank of the run: whether its reply has arrived."""
+    return [msg_id not in client.outstanding for msg_id in pending.msg_ids]
+
+
+def stopped_error(client: Any, outcome: Outcome, timeout: float | None) -> BaseException:
+    """The exception for a run that was interrupted or timed out, with the hang's diagnosis."""
+    what = "was interrupted" if outcome.stopped == "interrupt" else f"did not finish within {timeout:g} s"
+    busy = [r for r, over in zip(outcome.ranks, finished(client, outcome.pending)) if not over]
+    text = f"the run {what}; the ranks were sent an interrupt."
+    if busy:
+        text += (
+            f" {format_ranks(busy, word=True)} did not stop within {INTERRUPT_GRACE:g} s "
+            "(blocked inside MPI outside mpinb's reach?): the pool stays busy until they return; "
+            "`%mpi restart` (Pool.restart()) starts afresh."
+        )
+    diagnosis = outcome.diagnosis
+    if diagnosis is not None:
+        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis)
+        return KeyboardInterrupt(str(hang)) if outcome.stopped == "interrupt" else hang
+    return KeyboardInterrupt(text) if outcome.stopped == "interrupt" else TimeoutError(text)
+
+
+def collect(client: Any, outcome: Outcome, size: int) -> RunResult:
+    """What each rank of the run printed, displayed, returned, raised and recorded."""
+    pending, ranks = outcome.pending, outcome.ranks
+    result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released)
+    replies = _replies(client, pending)
+    recorded = {r: reply["trace"] for r, reply in zip(ranks, replies)
+                if isinstance(reply, dict) and reply["trace"] is not None}
+    if recorded:
+        result.trace = Trace(recorded, world_size=size)
+    for rank, reply, out, err, outputs in zip(ranks, replies, pending.stdout, pending.stderr, pending.outputs):
+        result.stdout[rank] = out or ""
+        result.stderr[rank] = err or ""
+        result.outputs[rank] = [{"data": b.get("data", {}), "metadata": b.get("metadata", {})} for b in outputs]
+        result.value[rank] = None
+        if isinstance(reply, dict):
+            if reply["error"]:
+                result.errors[rank] = RankFailure(**reply["error"])
+            if reply["has_value"]:
+                result.value[rank] = unpack(reply["value"], reply["repr"], reply["why"])
+                result.value_repr[rank] = reply["repr"]
+            if reply["dropped_lines"]:
+                result.dropped_lines[rank] = reply["dropped_lines"]
+        elif isinstance(reply, BaseException):
+            result.errors[rank] = _failure_from_remote(reply)
+        # else: still running after an interrupt
+    return result
+
+
+def _replies(client: Any, pending: Any) -> list[Reply | BaseException | None]:
+    """Each rank's reply: our record dict, an exception for a failed request, None if still running.
+
+    Our rank functions catch every error of user code, so the slow path (asking per message)
+    only runs when a request itself failed (a rank died) or ranks are still busy.
+    """
+    if pending.ready():
+        try:
+            return list(pending.get())
+        except Exception:  # noqa: BLE001 - fall through to one message at a time
+            pass
+    replies: list[Reply | BaseException | None] = []
+    for msg_id, over in zip(pending.msg_ids, finished(client, pending)):
+        if not over:
+            replies.append(None)
+            continue
+        try:
+            replies.append(client.get_result(msg_id).get(timeout=5))
+        except Exception as err:  # noqa: BLE001 - a rank's failure is data here
+            replies.append(err)
+    return replies
+
+
+def _failure_from_remote(err: BaseException) -> RankFailure:
+    """A failure that happened outside user code (engine died, value not serialisable...)."""
+    name = getattr(err, "ename", type(err).__name__)
+    message = getattr(err, "evalue", str(err))
+    trace = getattr(err, "traceback", "") or f"{name}: {message}"
+    return RankFailure(type=name, message=message, traceback=trace)

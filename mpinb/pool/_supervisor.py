@@ -1,0 +1,362 @@
+"""Starting the ranks, watching their processes, and stopping them with nothing left behind.
+
+A :class:`Supervisor` is one running MPI job under an ipyparallel controller: it knows which
+engine is which rank, where each rank runs, and how to tell why a start-up or a rank failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import psutil
+
+from .. import rank as _rank
+from .._protocol import DEATHWATCH_ENVIRONMENT, Hello
+from ..errors import PoolStartError
+from . import _slurm
+from ._deathwatch import DeathWatch
+from ._hang import death_report
+from ._launch import ALLOCATION_LAUNCHER, LaunchSettings, allocation_srun, find_mpiexec, rank_environment, slurm_job_files
+
+_POLL = 0.01
+_HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Supervisor:
+    """The controller, the ranks' processes, the watchdog and the death watch of one pool."""
+
+    def __init__(self, settings: LaunchSettings, start_timeout: float, controller_ip: str | None):
+        self.settings = settings
+        self.start_timeout = start_timeout
+        self.controller_ip = controller_ip
+        self.cluster: Any = None  # ipyparallel.Cluster
+        self.client: Any = None  # ipyparallel.Client
+        self.engine_of: dict[int, int] = {}
+        self.ranks_info: dict[int, Hello] = {}
+        self.deaths: DeathWatch | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._processes: list[psutil.Process] = []
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the controller and the ranks; return once every rank answers."""
+        self.cluster = self._configured_cluster()
+        self._start_watchdog()
+        environment = rank_environment(self.settings)
+        if self.settings.local:  # local ranks report for duty to it when they start (see _deathwatch)
+            self.deaths = DeathWatch()
+            environment[DEATHWATCH_ENVIRONMENT] = self.deaths.address
+        try:
+            self.cluster.start_controller_sync()
+            self._watch(self.cluster.controller)
+            self.cluster.start_engines_sync(self.settings.n, engine_args=self._engine_args(),
+                                            environment=environment)
+            for engine_set in self.cluster.engines.values():
+                self._watch(engine_set)
+            self.client = self.cluster.connect_client_sync()
+            self._wait_for_ranks()
+        except KeyboardInterrupt:
+            self.shutdown()
+            raise
+        except Exception as err:
+            message = self._startup_report(err)
+            self.shutdown()
+            raise PoolStartError(message) from (None if isinstance(err, PoolStartError) else err)
+
+    def _engine_args(self) -> list[str]:
+        args = [
+            "--IPEngine.startup_command=__import__('mpinb.rank').rank.init()",
+            "--IPEngine.enable_nanny=" + ("False" if self.settings.local else "True"),
+            f"--IPEngine.wait_for_url_file={self.start_timeout}",
+            "--log-level=WARN",
+        ]
+        if not self.settings.local:
+            args.append("--mpi")  # engine id = MPI rank, as with the local launcher
+        return args
+
+    def _configured_cluster(self) -> Any:
+        import ipyparallel as ipp
+
+        settings = self.settings
+        cluster_kw: dict[str, Any] = {}
+        if not settings.local:
+            # Ranks elsewhere must reach the controller: listen on every interface and tell them
+            # this host's name; ipyparallel signs every message with the session key.
+            cluster_kw["controller_ip"] = "*"
+            cluster_kw["controller_location"] = socket.getfqdn()
+        if self.controller_ip:
+            cluster_kw["controller_ip"] = self.controller_ip
+        launcher_class = "mpi" if settings.local or settings.launcher == ALLOCATION_LAUNCHER else settings.launcher
+        cluster = ipp.Cluster(
+            engines=launcher_class,
+            n=settings.n,
+            profile="mpinb",
+            cluster_id=f"mpinb-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            controller_args=[
+                f"--HeartMonitor.period={_HEARTBEAT_MS}",
+                "--IPController.broadcast_scheduler_depth=0",  # we use direct views only
+                "--log-level=WARN",
+            ],
+            # Local engines find the connection file themselves, so they can start (and spend
+            # their import time) while the controller is still coming up.
+            send_engines_connection_env=not settings.local,
+            engine_timeout=int(self.start_timeout),
+            log_level=40,
+            **cluster_kw,
+        )
+        mpiexec = (find_mpiexec(settings.mpiexec) if settings.local
+                   else allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
+        if mpiexec:
+            cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
+            cluster.config.MPIEngineSetLauncher.mpi_args = list(settings.mpiexec_args)
+        # Our controller entry beats fast until every rank has registered (see its docstring).
+        controller = cluster.config.LocalControllerLauncher
+        controller.controller_cmd = [sys.executable, os.path.join(_HERE, "_controller_main.py")]
+        controller.environment = {"MPINB_EXPECTED_HEARTS": str(settings.n)}
+        launcher_config = cluster.config[_launcher_config_name(launcher_class)]
+        launcher_config.engine_cmd = [sys.executable, os.path.join(os.path.dirname(_HERE), "rank", "_engine_main.py")]
+        if launcher_class == "slurm":
+            log_dir = os.path.join(cluster.profile_dir, "log")
+            for key, value in slurm_job_files(log_dir, cluster.cluster_id, settings.launcher_options).items():
+                launcher_config[key] = value
+        for key, value in settings.launcher_options.items():
+            launcher_config[key] = value
+        return cluster
+
+    def _wait_for_ranks(self) -> None:
+        n = self.settings.n
+        deadline = time.monotonic() + self.start_timeout
+        next_job_check = time.monotonic() + 1.0  # squeue is a command: once a second is enough
+        while len(self.client.ids) < n:
+            problem = self.dead_process()
+            if not problem and time.monotonic() > next_job_check:
+                problem, next_job_check = self._failed_batch_job(), time.monotonic() + 1.0
+            if problem:
+                raise PoolStartError(problem)
+            if time.monotonic() > deadline:
+                raise PoolStartError(
+                    f"only {len(self.client.ids)} of {n} ranks came up within {self.start_timeout:g} s."
+                )
+            time.sleep(_POLL)
+        hello: list[Hello] = self.client[:].apply_async(_rank.hello).get(timeout=self.start_timeout)
+        for engine_id, info in zip(self.client.ids, hello):
+            if not info["ready"]:
+                raise PoolStartError(f"rank {info['rank']} did not initialise: {info['failure'] or 'see its log below.'}")
+            if info["size"] != n:
+                raise PoolStartError(
+                    f"the ranks are not one MPI world: engine {engine_id} has a world of size "
+                    f"{info['size']}, expected {n}. The launcher started separate "
+                    "processes instead of one MPI job (for Slurm, use srun --mpi=pmi2)."
+                )
+            self.engine_of[info["rank"]] = engine_id
+            self.ranks_info[info["rank"]] = info
+        if self.deaths is not None:
+            self.deaths.watch_pids({rank: info["pid"] for rank, info in self.ranks_info.items()})
+
+    def dead_process(self) -> str | None:
+        """Why the controller or the MPI job is gone, if one of them is."""
+        cluster = self.cluster
+        if cluster.controller is not None and _has_exited(cluster.controller):
+            return "the ipyparallel controller exited during start-up."
+        for engine_set in cluster.engines.values():
+            if _has_exited(engine_set):
+                return "the MPI launcher exited before all ranks came up."
+        return None
+
+    def _failed_batch_job(self) -> str | None:
+        for engine_set in self.cluster.engines.values():
+            failure = _slurm.why_it_failed(engine_set)
+            if failure:
+                return failure
+        return None
+
+    def _startup_report(self, err: BaseException) -> str:
+        """Why start-up failed, with the launcher's own output, which usually says it all."""
+        text = str(err) if isinstance(err, PoolStartError) else f"{type(err).__name__}: {err}"
+        output = ""
+        for _ in range(10):  # the launcher's log can lag its exit by a moment
+            if self.cluster is not None:
+                output = self.launcher_output().strip()
+            if output:
+                break
+            time.sleep(0.1)
+        if output:
+            tail = "\n".join(output.splitlines()[-30:])
+            text += f"\n\nOutput of the MPI launcher:\n{tail}"
+        if self.settings.local:
+            text += (
+                f"\n\nCheck that `{find_mpiexec(self.settings.mpiexec)} -n {self.settings.n} "
+                f"{sys.executable} -c 'from mpi4py import MPI'` works in a terminal."
+            )
+        return text
+
+    # -- supervision --------------------------------------------------------------------------
+
+    def _start_watchdog(self) -> None:
+        self._watchdog = subprocess.Popen(
+            [sys.executable, os.path.join(_HERE, "_watchdog.py")],
+            stdin=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # the kernel's interrupt goes to its process group, not here
+        )
+
+    def _watch(self, launcher: Any) -> None:
+        """Record a launched process tree, and tell the watchdog to end it if we die."""
+        pid = getattr(launcher, "pid", -1)
+        if pid is None or pid <= 0:
+            return
+        try:
+            proc = psutil.Process(pid)
+        except psutil.Error:
+            return
+        self._processes.append(proc)
+        assert self._watchdog is not None and self._watchdog.stdin is not None
+        self._watchdog.stdin.write(f"watch {pid}\n")
+        self._watchdog.stdin.flush()
+
+    def launcher_output(self) -> str:
+        return "".join(_launcher_output(es) for es in self.cluster.engines.values())
+
+    def first_dead(self) -> list[int]:
+        """The ranks seen gone first (more than one when the watch could not tell them apart)."""
+        return self.deaths.first() if self.deaths is not None else []
+
+    def why_dead(self, dead: list[int]) -> str:
+        """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
+        deadline = time.monotonic() + 3  # the launcher reports once it has cleaned up
+        while time.monotonic() < deadline and not self.dead_process():
+            time.sleep(0.05)
+        aborted = self.deaths.aborted if self.deaths is not None else {}
+        if len(aborted) == 1:
+            (rank, code), = aborted.items()
+            return f"rank {rank} called Abort({code}) while running the cell, which ends every rank"
+        by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
+        return (f"{death_report(self.launcher_output(), by_pid, dead)} while running the cell. "
+                "MPI cannot continue without it")
+
+    def interrupt(self, ranks: list[int]) -> None:
+        """SIGINT to the ranks: directly when local, through the engines' nannies elsewhere."""
+        if self.settings.local:
+            for rank in ranks:
+                try:
+                    os.kill(self.ranks_info[rank]["pid"], signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        else:
+            self.client.send_signal(signal.SIGINT, targets=self.engines(ranks), block=False)
+
+    def engines(self, ranks: list[int]) -> list[int]:
+        return [self.engine_of[r] for r in ranks]
+
+    def view(self, ranks: list[int]) -> Any:
+        """An ipyparallel direct view on these ranks."""
+        return self.client.direct_view(self.engines(ranks))
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop the ranks and the controller; sweep any process that outlived them."""
+        client, cluster = self.client, self.cluster
+        self.client = self.cluster = None
+        if self.deaths is not None:
+            self.deaths.close()
+            self.deaths = None
+        self.engine_of.clear()
+        self.ranks_info.clear()
+        tree = []
+        for proc in self._processes:
+            try:
+                tree += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                pass
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            _stop_cluster(cluster)
+        _, alive = psutil.wait_procs(tree, timeout=1.0)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=1.0)
+        self._processes.clear()
+        self._release_watchdog()
+
+    def _release_watchdog(self) -> None:
+        if self._watchdog is None:
+            return
+        try:
+            assert self._watchdog.stdin is not None
+            self._watchdog.stdin.write("release\n")
+            self._watchdog.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._watchdog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._watchdog.kill()
+        self._watchdog = None
+
+
+def _stop_cluster(cluster: Any) -> None:
+    for launcher in [cluster.controller, *cluster.engines.values()]:
+        if launcher is not None and getattr(launcher, "stop_seconds_until_kill", None):
+            launcher.stop_seconds_until_kill = 1
+    jobs = _slurm.jobs(cluster)
+    try:
+        cluster.stop_cluster_sync()
+    except Exception:  # noqa: BLE001 - the process sweep still runs
+        pass
+    _slurm.wait_until_gone(jobs)
+    _remove_leftover_files(cluster)
+
+
+def _launcher_config_name(launcher: str) -> str:
+    from ipyparallel.cluster.launcher import find_launcher_class
+
+    return find_launcher_class(launcher, "engine").__name__
+
+
+def _has_exited(launcher: Any) -> bool:
+    """Whether a launched process is gone (ipyparallel only learns it while its loop runs)."""
+    proc = getattr(launcher, "process", None)
+    if isinstance(proc, psutil.Process):
+        try:
+            return proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    return launcher.state == "after"
+
+
+def _remove_leftover_files(cluster: Any) -> None:
+    """The controller's engine-state file and the launchers' logs: ipyparallel leaves them in
+    the profile's log folder after every cluster (hundreds after a day of restarts)."""
+    pattern = os.path.join(cluster.profile_dir, "log", f"*{cluster.cluster_id}*")
+    for path in glob.glob(pattern):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _launcher_output(launcher: Any) -> str:
+    """What the launcher printed: its log file, or ipyparallel's copy once it noticed the exit."""
+    try:
+        with open(getattr(launcher, "output_file", ""), errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        text = ""
+    if not text and launcher.state == "after":
+        text = launcher.get_output(remove=False) or ""
+    return text
