@@ -6,6 +6,8 @@ numpy structured array.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # kind
 SEND, RECV, COLLECTIVE, WAIT, PROBE = range(5)
 
@@ -31,3 +33,11 @@ FIELDS = (
     "line",      # and line
 )
 INDEX = {name: i for i, name in enumerate(FIELDS)}
+
+
+def world_rank(members: Sequence[int] | None, rank: object) -> int:
+    """``rank`` of a communicator whose world ranks are ``members``, as a world rank; -1 when it
+    names no member (``ANY_SOURCE``, ``PROC_NULL``) or the members are not known."""
+    if members is not None and isinstance(rank, int) and 0 <= rank < len(members):
+        return members[rank]
+    return -1

@@ -8,12 +8,6 @@ its repr instead of failing the whole cell.
 from __future__ import annotations
 
 import pickle
-import reprlib
-
-_short = reprlib.Repr()
-_short.maxstring = 200
-_short.maxother = 200
-_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 20
 
 MAX_REPR = 2000
 

@@ -23,6 +23,10 @@ def _short_wait(state: dict) -> str:
 class PoolError(RuntimeError):
     """The pool could not do what was asked (not started, failed to start, died)."""
 
+    def _render_traceback_(self) -> list[str]:
+        # The message says what happened and what to do; the notebook's own stack adds nothing.
+        return f"{type(self).__name__}: {self}".splitlines()
+
 
 class PoolStartError(PoolError):
     """The MPI ranks or the controller did not come up; the message says why and what to do."""
@@ -113,7 +117,3 @@ class DeadlockError(MPIHangError):
 
 class RankDiedError(PoolError):
     """A rank's process died (exit, signal, out of memory); MPI cannot go on without it."""
-
-    def _render_traceback_(self) -> list[str]:
-        # What happened on the ranks, not the notebook's own stack (nor a "UsageError").
-        return [f"{type(self).__name__}: {self}"]

@@ -16,12 +16,16 @@ pytestmark = pytest.mark.browser
 def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
     write_notebook(str(tmp_path / "ranks.ipynb"), [
         "%load_ext mpinb",
-        "%%mpi -n 3\nimport time\nfor i in range(2):\n    print('hello', i, 'from rank', rank)\n"
-        "    time.sleep(0.3)\nif rank == 2:\n    print('a warning', file=__import__('sys').stderr)\n"
-        "rank * 7",
+        "%%mpi -n 3\nimport time\nfor i in range(2):\n    print('hello', i, 'from rank', rank, end='')\n"
+        "    time.sleep(1)\n    print(' (after a second)')\n    time.sleep(2)\n"
+        "if rank == 2:\n    print('a warning', file=__import__('sys').stderr)\nrank * 7",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "ranks.ipynb") as page:
         run_all(page)
+        # While the ranks run, what they print arrives as news and is appended, half lines included.
+        page.wait_for_selector(".mpinb-out .content:has-text('[2] hello 0 from rank 2 (after a second)')",
+                               timeout=90_000)
+        assert "running" in page.locator(".mpinb-out .summary").inner_text(), "the run has 5 s to go"
         done = page.wait_for_selector(".mpinb-out .summary:has-text('done')", timeout=90_000)
         assert "ranks 0-2" in done.inner_text()
         tabs = page.locator(".mpinb-out .tab")
@@ -29,7 +33,7 @@ def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
         assert [t.strip() for t in tabs.all_inner_texts()[1:]] == ["rank 0 \u2713", "rank 1 \u2713", "rank 2 \u2713"]
         merged = page.locator(".mpinb-out .content").inner_text()
         for rank in range(3):
-            assert f"[{rank}] hello 1 from rank {rank}" in merged
+            assert f"[{rank}] hello 1 from rank {rank} (after a second)" in merged
         assert "[2:err] a warning" in merged
         assert "Out[1]" in merged and "7" in merged
         page.screenshot(path=os.path.join(artifacts, "per-rank-output-merged.png"))

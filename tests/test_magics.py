@@ -260,16 +260,27 @@ def test_trace_view_usage_errors(ip):
         ip.run_line_magic("mpi", "trace sideways")
 
 
-def test_a_deadlocked_cell_shows_its_diagnosis_in_the_output(ip, shown):
-    with pytest.raises(mpinb.DeadlockError):
+def test_a_deadlocked_cell_shows_its_diagnosis_live_then_once_in_the_error(ip, shown, monkeypatch):
+    notices = []
+    original = RankOutput.append
+
+    def record(self, rank, kind, data):
+        if kind == "hang":
+            notices.append(data)
+        original(self, rank, kind, data)
+
+    monkeypatch.setattr(RankOutput, "append", record)
+    with pytest.raises(mpinb.DeadlockError) as info:
         ip.run_cell_magic("mpi", "--timeout 3", (
             "comm.send([rank] * 500_000, dest=(rank + 1) % size)\n"
             "comm.recv(source=(rank - 1) % size)\n"))
+    assert notices, "the diagnosis shows in the cell's output while the ranks hang"
+    assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in notices[-1]
+    assert "rank 0: send to rank 1" in notices[-1] and "at line 2" in notices[-1]
     view = shown[-1]
-    assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in view.notice
-    assert "rank 0: send to rank 1" in view.notice and "at line 2" in view.notice
-    text, page = view._fallback()
-    assert "Wait-for cycle" in text and "Wait-for cycle" in page
+    assert view.notice == "", "once the error shows the diagnosis, the live notice gives way to it"
+    assert "Wait-for cycle" not in "".join(view._fallback())
+    assert "\n".join(info.value._render_traceback_()).count("Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0") == 1
     assert view.state == ["interrupted"] * 4
     ip.run_cell_magic("mpi", "", "after_deadlock = comm.allreduce(1)")
     assert ip.run_line_magic("mpi", "pull after_deadlock") == [4] * 4

@@ -6,6 +6,7 @@ Usage errors raise IPython's ``UsageError`` with the usage text, so a typo never
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 
@@ -13,10 +14,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
 from . import _session as session
-from .._ranges import rank_count_in_text
-from ..errors import PoolError, PoolStartError, RankDiedError
+from .._ranges import parse_ranks, rank_count_in_text
+from ..errors import PoolStartError
+from ..pool import Pool, default_size
 
-_USER_MISTAKES = (ValueError, TypeError, NameError, FileNotFoundError, IsADirectoryError, PoolError)
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
 _STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
@@ -121,96 +122,108 @@ def _split(line: str) -> list[str]:
 
 @magics_class
 class MPIMagics(Magics):
-    """The magics; each one parses its line, then calls a function of :mod:`mpinb.notebook._session`."""
+    """The magics; each one parses and checks its line, then calls a function of
+    :mod:`mpinb.notebook._session`. Mistakes in the line raise ``UsageError``; whatever the run
+    itself raises (the ranks' errors, a dead rank, a hang) is shown as itself."""
 
     @line_cell_magic
-    def mpi(self, line: str, cell: str | None = None):
+    def mpi(self, line: str, cell: str | None = None) -> object:
         """Run code on the MPI pool (``%%mpi``) or manage it (``%mpi start|stop|...``)."""
-        try:
-            if cell is not None:
-                args = _cell_parser().parse_args(_split(line))
-                session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout,
-                                 output=args.output, first_line=args.first_line,
-                                 trace=args.trace, view=args.view)
-                return None
+        if cell is None:
             return self._line(line)
-        except RankDiedError:
-            raise  # not a mistake in the magic's line: shown as itself
-        except _USER_MISTAKES as err:
-            # Errors of user code on the ranks arrive as RankError; these are about the request.
-            raise UsageError(str(err)) from None
+        args = _cell_parser().parse_args(_split(line))
+        _check_targets(args.targets, args.n)
+        session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout, output=args.output,
+                         first_line=args.first_line, trace=args.trace, view=args.view)
+        return None
 
-    def _line(self, line: str):
+    def _line(self, line: str) -> object:
         word, _, rest = line.strip().partition(" ")
         if not word:
             raise UsageError(LINE_USAGE)
         if word not in SUBCOMMANDS or _STATEMENT_AFTER_WORD.match(rest):
+            _check_targets(None, None)
             session.run_cell(line)
             return None
-        argv = _split(rest)
-        if word in ("start", "restart"):
-            extra = []
-            if "--" in argv:
-                cut = argv.index("--")
-                argv, extra = argv[:cut], argv[cut + 1:]
-            args = _start_parser(word).parse_args(argv)
-            launch = {"mpiexec": args.mpiexec, "hosts": args.hosts, "hostfile": args.hostfile,
-                      "partition": args.partition, "time": args.time, "account": args.account}
-            # `%mpi restart` alone keeps how the pool was launched; any launch flag replaces it.
-            given = args.launcher or extra or args.mpiexec_args or any(launch.values())
+        return getattr(self, f"_{word}")(word, _split(rest))
+
+    def _start(self, word: str, argv: list[str]) -> None:
+        extra: list[str] = []
+        if "--" in argv:
+            cut = argv.index("--")
+            argv, extra = argv[:cut], argv[cut + 1:]
+        args = _start_parser(word).parse_args(argv)
+        if word == "start" and session.current_pool() is not None:
+            raise UsageError(session.already_running())
+        launch = {"mpiexec": args.mpiexec, "hosts": args.hosts, "hostfile": args.hostfile,
+                  "partition": args.partition, "time": args.time, "account": args.account}
+        # `%mpi restart` alone keeps how the pool was launched; any launch flag replaces it.
+        given = args.launcher or extra or args.mpiexec_args or any(launch.values())
+        try:
+            options = session.launch_options(args.launcher or "mpi", mpiexec_args=args.mpiexec_args + extra,
+                                             **launch) if given or word == "start" else {}
+        except (ValueError, PoolStartError) as err:
+            raise UsageError(str(err)) from None
+        if word == "start":
+            session.start_pool(args.n, **options)
+        else:
+            session.restart_pool(args.n, **options)
+
+    _restart = _start
+
+    def _stop(self, word: str, argv: list[str]) -> None:
+        _no_arguments(word, argv)
+        if not session.stop_pool():
+            print("mpinb: no pool was running")
+
+    def _status(self, word: str, argv: list[str]) -> None:
+        _no_arguments(word, argv)
+        pool = session.current_pool()
+        if pool is None:
+            print("mpinb: no pool is running (`%mpi start -n N` or any %%mpi cell starts one)")
+        else:
+            session.show_status(pool)
+
+    def _run(self, word: str, argv: list[str]) -> None:
+        args = _run_parser().parse_args(argv)
+        script = os.path.abspath(args.script)
+        if not os.path.isfile(script):
+            what = "a folder, not a script" if os.path.isdir(script) else "no script at that path"
+            raise UsageError(f"{script}: {what} (the working directory is {os.getcwd()})")
+        _check_targets(args.targets, None)
+        stdin = None
+        if args.stdin:
             try:
-                options = session.launch_options(args.launcher or "mpi", mpiexec_args=args.mpiexec_args + extra,
-                                                 **launch) if given or word == "start" else {}
-            except (ValueError, PoolStartError) as err:
-                raise UsageError(str(err)) from None
-            if word == "start":
-                session.start_pool(args.n, **options)
-            else:
-                session.restart_pool(args.n, **options)
-            return None
-        if word == "stop":
-            _no_arguments(word, argv)
-            if not session.stop_pool():
-                print("mpinb: no pool was running")
-            return None
-        if word == "status":
-            _no_arguments(word, argv)
-            pool = session.current_pool()
-            if pool is None:
-                print("mpinb: no pool is running (`%mpi start -n N` or any %%mpi cell starts one)")
-            else:
-                session.show_status(pool)
-            return None
-        if word == "run":
-            args = _run_parser().parse_args(argv)
-            stdin = None
-            if args.stdin:
                 with open(args.stdin) as handle:
                     stdin = handle.read()
-            session.run_script(args.script, args.args, stdin=stdin, targets=args.targets,
-                               timeout=args.timeout, output=args.output, trace=args.trace,
-                               view=args.view)
-            return None
-        if word == "trace":
-            view = argv[0] if argv else "full"
-            if len(argv) > 1 or view not in ("compact", "full"):
-                raise UsageError("%mpi trace [compact|full]: the views of the last traced run")
-            session.show_trace(view)
-            return None
-        if word == "push":
-            if not argv:
-                raise UsageError("%mpi push NAME [NAME ...]: name the notebook variables to copy")
-            user_ns = self.shell.user_ns
-            missing = [name for name in argv if name not in user_ns]
-            if missing:
-                raise UsageError(f"the notebook has no variable {', '.join(missing)}")
-            _require_pool().push({name: user_ns[name] for name in argv})
-            return None
-        if word == "pull":
-            if len(argv) != 1:
-                raise UsageError("%mpi pull NAME: name one variable of the ranks")
-            return _require_pool().pull(argv[0])
-        raise UsageError(LINE_USAGE)
+            except OSError as err:
+                raise UsageError(f"--stdin {args.stdin}: {err.strerror}") from None
+        session.run_script(script, args.args, stdin=stdin, targets=args.targets, timeout=args.timeout,
+                           output=args.output, trace=args.trace, view=args.view)
+
+    def _trace(self, word: str, argv: list[str]) -> None:
+        view = argv[0] if argv else "full"
+        if len(argv) > 1 or view not in ("compact", "full"):
+            raise UsageError("%mpi trace [compact|full]: the views of the last traced run")
+        session.show_trace(view)
+
+    def _push(self, word: str, argv: list[str]) -> None:
+        if not argv:
+            raise UsageError("%mpi push NAME [NAME ...]: name the notebook variables to copy")
+        user_ns = self.shell.user_ns
+        missing = [name for name in argv if name not in user_ns]
+        if missing:
+            raise UsageError(f"the notebook has no variable {', '.join(missing)}")
+        _require_pool().push({name: user_ns[name] for name in argv})
+
+    def _pull(self, word: str, argv: list[str]) -> list:
+        if len(argv) != 1 or not argv[0].isidentifier():
+            raise UsageError("%mpi pull NAME: name one variable of the ranks")
+        pool = _require_pool()
+        try:
+            return pool.pull(argv[0])
+        except NameError as err:  # some rank lacks the variable (checked on the ranks first)
+            raise UsageError(str(err)) from None
 
     @cell_magic
     def local(self, line: str, cell: str) -> None:
@@ -242,7 +255,21 @@ def _no_arguments(word: str, argv: list[str]) -> None:
         raise UsageError(f"%mpi {word} takes no arguments, got {' '.join(argv)!r}")
 
 
-def _require_pool():
+def _check_targets(targets: str | None, n: int | None) -> None:
+    """The pool a cell will run on has the size it asks for, and ``--targets`` names its ranks."""
+    pool = session.current_pool()
+    if pool is not None and n is not None and n != pool.size:
+        raise UsageError(session.size_conflict(pool, n))
+    if targets is None:
+        return
+    try:
+        size = n or (pool.size if pool is not None else default_size())
+        parse_ranks(targets, size)
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"--targets {targets}: {err}") from None
+
+
+def _require_pool() -> Pool:
     pool = session.current_pool()
     if pool is None:
         raise UsageError("no pool is running: `%mpi start -n N` (or any %%mpi cell) starts one")

@@ -35,10 +35,7 @@ def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     """Start the notebook's pool (``Pool`` options pass through); one line says how it went."""
     global _pool
     if current_pool() is not None:
-        raise PoolError(
-            f"a pool of {_pool.size} ranks is already running: "
-            "use `%mpi restart -n N` to change it, or `%mpi stop`"
-        )
+        raise PoolError(already_running())
     pool = Pool(n, **options)
     began = time.perf_counter()
     pool.start()
@@ -98,11 +95,18 @@ def pool_for_cell(n: int | None) -> Pool:
     if pool is None:
         return start_pool(n)
     if n is not None and n != pool.size:
-        raise PoolError(
-            f"the pool has {pool.size} ranks but this cell asks for {n}: run `%mpi restart -n {n}` "
-            "first (the ranks' variables are lost), or drop -n to use the running pool"
-        )
+        raise PoolError(size_conflict(pool, n))
     return pool
+
+
+def already_running() -> str:
+    size = _pool.size if _pool is not None else 0
+    return f"a pool of {size} ranks is already running: use `%mpi restart -n N` to change it, or `%mpi stop`"
+
+
+def size_conflict(pool: Pool, n: int) -> str:
+    return (f"the pool has {pool.size} ranks but this cell asks for {n}: run `%mpi restart -n {n}` "
+            "first (the ranks' variables are lost), or drop -n to use the running pool")
 
 
 def to_python(cell: str) -> str:
@@ -170,11 +174,10 @@ def _shown(pool: Pool, targets: object, output: str, view: str, call) -> RunResu
     except RankError as err:
         result = err.result
         raise
-    except KeyboardInterrupt:
-        result, how = pool.last_result, "interrupted"
-        raise
-    except TimeoutError:
-        result, how = pool.last_result, "timed out"
+    except (KeyboardInterrupt, TimeoutError) as err:
+        result, how = pool.last_result, "interrupted" if isinstance(err, KeyboardInterrupt) else "timed out"
+        if getattr(err, "diagnosis", None) is not None:
+            live.notice = ""  # the error below shows the diagnosis; once is enough
         raise
     finally:
         live.finish(result, how)

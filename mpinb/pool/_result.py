@@ -47,20 +47,23 @@ class RunResult:
     elapsed: float = 0.0
     trace: Trace | None = None
     released: list[int] = field(default_factory=list)  # ranks interrupted because another failed
+    stopped: str | None = None  # "timeout" or "interrupt" when the run was stopped, else None
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
-    def error_groups(self) -> list[tuple[list[int], RankFailure]]:
-        """Failures with identical tracebacks merged: ``[(ranks, failure), ...]`` in rank order.
+    def failed_ranks(self) -> list[int]:
+        """Ranks whose code failed on its own: not those that stopped on an interrupt mpinb sent
+        (because another rank failed, the run timed out, or the user interrupted it)."""
+        return [rank for rank, failure in sorted(self.errors.items())
+                if not (failure.type == "KeyboardInterrupt" and (self.stopped or rank in self.released))]
 
-        Ranks that mpinb interrupted because another rank failed are not failures of their own.
-        """
+    def error_groups(self) -> list[tuple[list[int], RankFailure]]:
+        """Failures with identical tracebacks merged: ``[(ranks, failure), ...]`` in rank order,
+        for the ranks of :meth:`failed_ranks`."""
         groups: dict[tuple, tuple[list[int], RankFailure]] = {}
-        for rank in sorted(self.errors):
-            if rank in self.released and self.errors[rank].type == "KeyboardInterrupt":
-                continue
+        for rank in self.failed_ranks():
             failure = self.errors[rank]
             key = (failure.type, failure.message, failure.traceback)
             groups.setdefault(key, ([], failure))[0].append(rank)

@@ -124,14 +124,19 @@ def stopped_error(client: Any, outcome: Outcome, timeout: float | None) -> BaseE
     diagnosis = outcome.diagnosis
     if diagnosis is not None:
         hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis)
-        return KeyboardInterrupt(str(hang)) if outcome.stopped == "interrupt" else hang
+        if outcome.stopped == "timeout":
+            return hang
+        interrupt = KeyboardInterrupt(str(hang))
+        interrupt.diagnosis = diagnosis  # type: ignore[attr-defined]  # as MPIHangError has
+        return interrupt
     return KeyboardInterrupt(text) if outcome.stopped == "interrupt" else TimeoutError(text)
 
 
 def collect(client: Any, outcome: Outcome, size: int) -> RunResult:
     """What each rank of the run printed, displayed, returned, raised and recorded."""
     pending, ranks = outcome.pending, outcome.ranks
-    result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released)
+    result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released,
+                       stopped=outcome.stopped)
     replies = _replies(client, pending)
     recorded = {r: reply["trace"] for r, reply in zip(ranks, replies)
                 if isinstance(reply, dict) and reply["trace"] is not None}

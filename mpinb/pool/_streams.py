@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Callable
 
 OutputCallback = Callable[[int, str, object], None]
-"""``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text) or ``"display"``
-(one mime bundle); ``"reset"`` with the full text when a carriage return rewrote a stream."""
+"""``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text), ``"display"``
+(one mime bundle), ``"reset-stdout"``/``"reset-stderr"`` (the whole text, when it no longer
+continues what was sent: a carriage return rewrote it), or ``"hang"`` (a diagnosis's text, from
+the run loop rather than from this tracker)."""
 
 
 class StreamTracker:

@@ -22,12 +22,14 @@ class CappedStream:
             self._drop(text)
             return len(text)
         lines = text.count("\n")
-        if lines <= self._lines_left and len(text) <= self._chars_left:
+        # Text after the last allowed newline would begin one line too many.
+        fits = lines < self._lines_left or (lines == self._lines_left and text.endswith("\n"))
+        if fits and len(text) <= self._chars_left:
             self._lines_left -= lines
             self._chars_left -= len(text)
             return self._stream.write(text)
         keep = text[: self._chars_left]
-        if keep.count("\n") > self._lines_left:
+        if keep.count("\n") >= self._lines_left:
             end = -1
             for _ in range(self._lines_left):
                 end = keep.index("\n", end + 1)

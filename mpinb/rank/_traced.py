@@ -27,7 +27,7 @@ from mpi4py import MPI
 from array import array
 
 from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
-                       SEND, WAIT)
+                       SEND, WAIT, world_rank)
 from .._protocol import WaitKind, WaitState, wait_state
 from .._ranges import format_ranks
 from . import _objects as _objects_module
@@ -87,11 +87,9 @@ def _where(depth: int = 2) -> tuple[str, int]:
     return frame.f_code.co_filename, frame.f_lineno
 
 
-def _peer_world(comm, peer) -> int:
-    members = _rec.comms.get(comm._mpinb_id)
-    if members is not None and isinstance(peer, int) and 0 <= peer < len(members):
-        return members[peer]
-    return peer if isinstance(peer, int) else -1
+def _peer_world(comm, peer) -> int | None:
+    world = world_rank(_rec.comms.get(comm._mpinb_id), peer)
+    return world if world >= 0 else None
 
 
 def _describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple[str, int], root=None):
@@ -101,9 +99,9 @@ def _describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple
 
 def _describe(comm, op, kind, peer, tag, size, where, root) -> WaitState:
     return wait_state(op, kind, where, comm=comm._mpinb_id, members=_rec.comms.get(comm._mpinb_id),
-                      peer=_peer_world(comm, peer) if peer is not None else None,
+                      peer=_peer_world(comm, peer),
                       any_source=peer == MPI.ANY_SOURCE, tag=tag, nbytes=size,
-                      root=_peer_world(comm, root) if root is not None and root >= 0 else None)
+                      root=_peer_world(comm, root))
 
 
 def _named(method, base):
@@ -749,9 +747,9 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
             return _waiting_on_nothing_known("Wait", where)
         op, kind, comm, peer, tag = self._what[:5]
         members = _rec.comms.get(comm)
-        world_peer = members[peer] if members and isinstance(peer, int) and 0 <= peer < len(members) else peer
+        world_peer = world_rank(members, peer)
         state = wait_state(op, ("send", "recv", "collective")[min(kind, 2)], where, comm=comm, members=members,
-                           peer=world_peer if kind != COLLECTIVE else None,
+                           peer=world_peer if kind != COLLECTIVE and world_peer >= 0 else None,
                            any_source=peer == MPI.ANY_SOURCE and kind == RECV, tag=tag, nbytes=self._what[5])
         state["via"] = "wait"
         return state

@@ -1,5 +1,5 @@
 """The tutorials' exercises: what each one calls on the ranks, the right answer, and the
-communication pattern a good solution has. :func:`mpinb.check.check` runs them."""
+communication pattern a good solution has. :func:`mpinb.check` runs them."""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from .._events import KIND_NAMES, RECV, SEND
 
+from ._trace import busy_until
+
 if TYPE_CHECKING:
     from ._trace import Trace
 
@@ -18,11 +20,10 @@ def chrome_trace(trace: Trace) -> dict:
                        "args": {"name": f"rank {rank}"}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": rank,
                        "args": {"sort_index": rank}})
-    for event in trace.events:
+    stops = busy_until(trace.events)
+    for i, event in enumerate(trace.events):
         start_us = float(event["start"]) * 1e6
-        busy_until = event["end"] if event["kind"] in (SEND, RECV) and event["op"][0] != "i" \
-            and event["op"][0] != "I" else event["returned"]
-        duration = max(float(busy_until) * 1e6 - start_us, 0.001)
+        duration = max(float(stops[i]) * 1e6 - start_us, 0.001)
         args = {"kind": KIND_NAMES[event["kind"]], "comm": event["comm"], "peer": int(event["peer_world"]),
                 "tag": int(event["tag"]), "sent": int(event["sent"]), "received": int(event["received"]),
                 "line": f"{event['file']}:{event['line']}"}

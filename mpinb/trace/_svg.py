@@ -9,17 +9,14 @@ import numpy as np
 
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
 
+from ._trace import busy_until
+
 if TYPE_CHECKING:
     from ._trace import Trace
 
 # The same colours as trace.js.
 KIND_COLORS = {SEND: "#4e79a7", RECV: "#59a14f", COLLECTIVE: "#f28e2b", WAIT: "#9c755f", 4: "#bab0ac"}
 MAX_ARROWS = 1000
-
-
-def busy_until(events: np.ndarray) -> np.ndarray:
-    """When each call stopped holding its rank: waits end when done; posts when they return."""
-    return np.where(events["kind"] == WAIT, events["end"], events["returned"])
 
 
 def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:

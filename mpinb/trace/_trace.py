@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT
+from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT, world_rank
 from ._match import match_messages
 
 DTYPE = np.dtype([
@@ -47,7 +47,7 @@ class Trace:
         values = dict(zip(FIELDS, event))
         members = self.comms.get(values["comm"])
         peer = values["peer"]
-        peer_world = members[peer] if members is not None and 0 <= peer < len(members) else -1
+        peer_world = world_rank(members, peer)
         end = values["end"]
         if end != end:  # a nonblocking call never seen to complete
             end = values["returned"]
@@ -124,7 +124,7 @@ class Trace:
         for rank in self.ranks:
             mine = events[events["rank"] == rank]
             began, ended = self.span[rank]
-            in_mpi = _union_length(mine["start"], np.where(mine["kind"] == WAIT, mine["end"], mine["returned"]))
+            in_mpi = _union_length(mine["start"], busy_until(mine))
             p2p_sent = mine[(mine["kind"] == SEND) & (mine["msg"] >= 0)]
             p2p_recv = mine[(mine["kind"] == RECV) & (mine["msg"] >= 0)]
             rows.append({
@@ -153,6 +153,12 @@ class Trace:
             with open(path, "w") as handle:
                 json.dump(document, handle)
         return document
+
+
+def busy_until(events: np.ndarray) -> np.ndarray:
+    """When each call stopped holding its rank: a wait when its operation completed, every other
+    call when it returned (a blocking call returns when it completes, a nonblocking one at once)."""
+    return np.where(events["kind"] == WAIT, events["end"], events["returned"])
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:

@@ -1,5 +1,7 @@
 // Per-rank output of one %%mpi cell: a merged view (rank-coloured prefixes) and a tab per rank.
-// State comes from mpinb/widgets/output.py; this module only draws it.
+// State comes from mpinb/widgets/output.py; this module only draws it. While a run goes on, the
+// widget sends only what is new ("news" messages), which is appended to what is drawn; the whole
+// output arrives as state at the end (and when a view opens late, it asks for it).
 
 const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                 "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
@@ -49,12 +51,12 @@ function prefix(rank, isErr) {
   return span;
 }
 
-function mergedLines(model) {
+function mergedLines(out) {
   // Chunks arrive in any size; split them into whole lines per (rank, stream).
-  const ranks = model.get("ranks");
+  const ranks = out.ranks;
   const partial = new Map();
   const lines = [];
-  for (const [index, stream, text] of model.get("merged")) {
+  for (const [index, stream, text] of out.merged) {
     const key = `${index}:${stream}`;
     const pieces = ((partial.get(key) || "") + text).split("\n");
     partial.set(key, pieces.pop());
@@ -69,32 +71,73 @@ function mergedLines(model) {
   return lines;
 }
 
-function drawMerged(model, box) {
-  const lines = mergedLines(model);
+function mergedLine(rank, isErr, text) {
+  const line = document.createElement("span");
+  line.appendChild(prefix(rank, isErr));
+  const body = document.createElement("span");
+  if (isErr) body.className = "err";
+  body.textContent = text + "\n";
+  line.appendChild(body);
+  return line;
+}
+
+function drawMerged(out, box) {
+  const lines = mergedLines(out);
+  const note = document.createElement("div");
+  note.className = "note";
+  box.appendChild(note);
   const pre = document.createElement("pre");
-  if (lines.length > MAX_MERGED_LINES) {
-    const note = document.createElement("div");
-    note.className = "note";
-    note.textContent = `showing the last ${MAX_MERGED_LINES} of ${lines.length} lines; each rank's tab has all of its own`;
-    box.appendChild(note);
-  }
-  for (const [rank, isErr, text] of lines.slice(-MAX_MERGED_LINES)) {
-    pre.appendChild(prefix(rank, isErr));
-    const body = document.createElement("span");
-    if (isErr) body.className = "err";
-    body.textContent = text + "\n";
-    pre.appendChild(body);
-  }
-  if (lines.length) box.appendChild(pre);
-  const displays = model.get("displays");
-  model.get("ranks").forEach((rank, index) => {
-    for (const item of displays[index] || []) {
-      const label = document.createElement("div");
-      label.appendChild(prefix(rank, false));
-      box.appendChild(label);
-      box.appendChild(drawDisplay(item));
-    }
+  box.appendChild(pre);
+  for (const [rank, isErr, text] of lines.slice(-MAX_MERGED_LINES)) pre.appendChild(mergedLine(rank, isErr, text));
+  const shown = { pre, note, count: lines.length, partial: new Map(), displays: document.createElement("div") };
+  capMerged(shown);
+  out.displays.forEach((items, index) => {
+    for (const item of items || []) addMergedDisplay(shown, out.ranks[index], item);
   });
+  box.appendChild(shown.displays);
+  return shown;
+}
+
+function capMerged(shown) {
+  // Keep the last MAX_MERGED_LINES lines in the page; each rank's tab has all of its own.
+  while (shown.pre.childElementCount > MAX_MERGED_LINES) shown.pre.firstElementChild.remove();
+  shown.note.textContent = shown.count > MAX_MERGED_LINES
+    ? `showing the last ${MAX_MERGED_LINES} of ${shown.count} lines; each rank's tab has all of its own` : "";
+}
+
+function addMergedText(shown, rank, index, stream, text) {
+  // A line that is still open (no newline yet) is drawn where it began and grows in place.
+  const key = `${index}:${stream}`;
+  const open = shown.partial.get(key);
+  const pieces = ((open ? open.text : "") + text).split("\n");
+  const rest = pieces.pop();
+  if (open) {
+    if (!pieces.length) { // still no newline: the open line grows
+      open.text = rest;
+      open.element.lastChild.textContent = rest + "\n";
+      return;
+    }
+    open.element.lastChild.textContent = pieces.shift() + "\n";
+    shown.partial.delete(key);
+  }
+  for (const line of pieces) {
+    shown.pre.appendChild(mergedLine(rank, stream === "stderr", line));
+    shown.count++;
+  }
+  if (rest) {
+    const element = mergedLine(rank, stream === "stderr", rest);
+    shown.pre.appendChild(element);
+    shown.count++;
+    shown.partial.set(key, { element, text: rest });
+  }
+  capMerged(shown);
+}
+
+function addMergedDisplay(shown, rank, item) {
+  const label = document.createElement("div");
+  label.appendChild(prefix(rank, false));
+  shown.displays.appendChild(label);
+  shown.displays.appendChild(drawDisplay(item));
 }
 
 function drawDisplay(item) {
@@ -114,27 +157,24 @@ function drawDisplay(item) {
   return div;
 }
 
-function drawRank(model, index, box) {
-  const out = model.get("stdout")[index] || "";
-  const err = model.get("stderr")[index] || "";
-  if (out) {
-    const pre = document.createElement("pre");
-    pre.textContent = out;
-    box.appendChild(pre);
-  }
-  if (err) {
-    const pre = document.createElement("pre");
-    pre.className = "err";
-    pre.textContent = err;
-    box.appendChild(pre);
-  }
-  for (const item of model.get("displays")[index] || []) box.appendChild(drawDisplay(item));
-  if (!out && !err && !(model.get("displays")[index] || []).length) {
-    const note = document.createElement("div");
-    note.className = "note";
-    note.textContent = "no output";
-    box.appendChild(note);
-  }
+function drawRank(out, index, box) {
+  const shown = { index, stdout: document.createElement("pre"), stderr: document.createElement("pre"),
+                  displays: document.createElement("div"), note: document.createElement("div") };
+  shown.stderr.className = "err";
+  shown.note.className = "note";
+  box.append(shown.note, shown.stdout, shown.stderr, shown.displays);
+  shown.stdout.textContent = out.stdout[index] || "";
+  shown.stderr.textContent = out.stderr[index] || "";
+  for (const item of out.displays[index] || []) shown.displays.appendChild(drawDisplay(item));
+  markEmpty(shown);
+  return shown;
+}
+
+function markEmpty(shown) {
+  shown.stdout.hidden = !shown.stdout.textContent;
+  shown.stderr.hidden = !shown.stderr.textContent;
+  const empty = shown.stdout.hidden && shown.stderr.hidden && !shown.displays.childElementCount;
+  shown.note.textContent = empty ? "no output" : "";
 }
 
 function drawValues(model, box, only) {
@@ -164,11 +204,24 @@ function render({ model, el }) {
   el.appendChild(style);
   el.appendChild(root);
   let selected = "merged";
+  let out = null; // this view's copy of the output: the state plus the news since
+  let shown = null; // the elements that news is appended to
+  let view = null; // "merged" or "rank", what `shown` belongs to
+
+  function fromState() {
+    out = {
+      ranks: model.get("ranks"),
+      stdout: [...model.get("stdout")],
+      stderr: [...model.get("stderr")],
+      displays: model.get("displays").map((items) => [...items]),
+      merged: model.get("merged").map((chunk) => [...chunk]),
+    };
+  }
 
   function draw() {
     root.replaceChildren();
     const mode = model.get("mode");
-    const ranks = model.get("ranks");
+    const ranks = out.ranks;
     const states = model.get("state");
     const bar = document.createElement("div");
     bar.className = "bar";
@@ -208,29 +261,62 @@ function render({ model, el }) {
     box.className = "content";
     if (mode === "rank0") {
       const index = ranks.indexOf(0);
-      if (index >= 0) drawRank(model, index, box);
+      shown = index >= 0 ? drawRank(out, index, box) : null;
+      view = "rank";
       drawValues(model, box, index);
     } else if (mode === "merged" || selected === "merged") {
-      drawMerged(model, box);
+      shown = drawMerged(out, box);
+      view = "merged";
       drawValues(model, box, null);
     } else {
-      drawRank(model, selected, box);
+      shown = drawRank(out, selected, box);
+      view = "rank";
       drawValues(model, box, selected);
     }
     root.appendChild(box);
   }
 
+  function applyNews(items) {
+    let redrawAll = false;
+    for (const item of items) {
+      if (item[0] === "text") {
+        const [, index, stream, text] = item;
+        out[stream][index] += text;
+        out.merged.push([index, stream, text]);
+        if (view === "merged") addMergedText(shown, out.ranks[index], index, stream, text);
+        else if (shown && shown.index === index) { shown[stream].textContent += text; markEmpty(shown); }
+      } else if (item[0] === "display") {
+        const [, index, display] = item;
+        out.displays[index].push(display);
+        if (view === "merged") addMergedDisplay(shown, out.ranks[index], display);
+        else if (shown && shown.index === index) { shown.displays.appendChild(drawDisplay(display)); markEmpty(shown); }
+      } else if (item[0] === "reset") { // a carriage return rewrote a stream: rare, draw afresh
+        const [, index, stream, text] = item;
+        out[stream][index] = text;
+        redrawAll = true;
+      }
+    }
+    if (redrawAll) draw();
+  }
+
   let pending = false;
   function redraw() {
-    // Coalesce bursts of trait changes into one draw per frame.
+    // Coalesce bursts of state changes into one draw per frame.
     if (pending) return;
     pending = true;
     requestAnimationFrame(() => { pending = false; draw(); });
   }
-  for (const name of ["ranks", "stdout", "stderr", "displays", "merged", "state", "values", "mode", "summary", "notice"]) {
-    model.on(`change:${name}`, redraw);
-  }
+  function reload() { fromState(); redraw(); }
+  for (const name of ["ranks", "stdout", "stderr", "displays", "merged"]) model.on(`change:${name}`, reload);
+  for (const name of ["state", "values", "mode", "notice"]) model.on(`change:${name}`, redraw);
+  model.on("change:summary", () => {
+    const summary = root.querySelector(".summary");
+    if (summary) summary.textContent = model.get("summary");
+  });
+  model.on("msg:custom", (message) => { if (message.type === "news") applyNews(message.items); });
+  fromState();
   draw();
+  if (model.get("state").includes("running")) model.send({ type: "snapshot" });
 }
 
 export default { render };

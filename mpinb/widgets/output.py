@@ -59,52 +59,74 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
             "displays": [list(d) for d in self.displays],
             "merged": [],
         }
+        self._news: list[list] = []  # what the views have not been sent yet
         self._outputs: dict[int, list[dict]] = {rank: [] for rank in ranks}
         self._last_sync = 0.0
         self._started = time.perf_counter()
+        self.on_msg(self._on_view_message)
 
     def append(self, rank: int, kind: str, data: object) -> None:
-        """Take one increment from the pool (see ``mpinb._streams``); sync at most 4 times a second."""
+        """Take one increment from the pool (see ``mpinb.pool._streams``); views get what is new,
+        at most 4 times a second."""
         i = self._index[rank]
         buf = self._buffer
         if kind in ("stdout", "stderr"):
+            assert isinstance(data, str)
             buf[kind][i] += data
             merged = buf["merged"]
             if merged and merged[-1][0] == i and merged[-1][1] == kind:
                 merged[-1] = [i, kind, merged[-1][2] + data]
             else:
                 merged.append([i, kind, data])
+            self._news.append(["text", i, kind, data])
         elif kind.startswith("reset-"):
             buf[kind[6:]][i] = data
+            self._news.append(["reset", i, kind[6:], data])
         elif kind == "hang":
+            assert isinstance(data, str)
             self.notice = data
         elif kind == "display":
+            assert isinstance(data, dict)
             self._outputs[rank].append(data)
-            buf["displays"][i].append(_displayable(data))
+            item = _displayable(data)
+            buf["displays"][i].append(item)
+            self._news.append(["display", i, item])
         now = time.perf_counter()
         if now - self._last_sync >= _SYNC_INTERVAL:
-            self._sync(now)
+            self._send_news(now)
 
-    def _sync(self, now: float) -> None:
+    def _send_news(self, now: float) -> None:
+        if self._news:
+            self.send({"type": "news", "items": self._news})
+            self._news = []
+        self.summary = f"{format_ranks(self.ranks, word=True)} running · {now - self._started:.1f} s"
+        self._last_sync = now
+
+    def _sync_everything(self) -> None:
+        """The whole output as state (for a view that opens late, and for the end of the run)."""
         buf = self._buffer
+        self._news = []
         with self.hold_sync():
             self.stdout = list(buf["stdout"])
             self.stderr = list(buf["stderr"])
             self.displays = [list(d) for d in buf["displays"]]
             self.merged = [list(m) for m in buf["merged"]]
-            self.summary = f"{format_ranks(self.ranks, word=True)} running · {now - self._started:.1f} s"
-        self._last_sync = now
+
+    def _on_view_message(self, _widget: object, content: dict, _buffers: object) -> None:
+        if content.get("type") == "snapshot":  # a view opened while the run goes on
+            self._sync_everything()
 
     def finish(self, result: RunResult | None, how: str = "") -> None:
         """Show the final state: per-rank marks, values, and a one-line summary."""
-        self._sync(time.perf_counter())
+        if result is not None:
+            self._buffer["stdout"] = [result.stdout.get(r, "") for r in self.ranks]
+            self._buffer["stderr"] = [result.stderr.get(r, "") for r in self.ranks]
+            self._outputs = {r: result.outputs.get(r, []) for r in self.ranks}
+        self._sync_everything()
         with self.hold_sync():
             if result is not None:
-                self.stdout = [result.stdout.get(r, "") for r in self.ranks]
-                self.stderr = [result.stderr.get(r, "") for r in self.ranks]
                 self.values = [result.value_repr.get(r, "") for r in self.ranks]
-                self._outputs = {r: result.outputs.get(r, []) for r in self.ranks}
-            failed = _failed_ranks(result)
+            failed = result.failed_ranks() if result is not None else []
             stopped = "interrupted" if how else "ok"
             self.state = ["error" if r in failed else stopped for r in self.ranks]
             elapsed = result.elapsed if result is not None else time.perf_counter() - self._started
@@ -129,13 +151,6 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
             text = f"{self.notice}\n{text}"
             page = f'<pre style="color:#b35900">{html.escape(self.notice)}</pre>{page}'
         return text or self.summary, page
-
-
-def _failed_ranks(result: RunResult | None) -> list[int]:
-    """Ranks whose code raised, not counting the interrupt that mpinb itself sent."""
-    if result is None:
-        return []
-    return [r for r, failure in result.errors.items() if failure.type != "KeyboardInterrupt"]
 
 
 def _displayable(bundle: dict) -> dict:

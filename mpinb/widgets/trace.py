@@ -14,7 +14,8 @@ import numpy as np
 import traitlets as t
 
 from ..trace import Trace
-from ..trace._svg import busy_until, space_time_svg, summary_text
+from ..trace._svg import space_time_svg, summary_text
+from ..trace._trace import busy_until
 from ._fallback import StaticFallback
 
 

@@ -1,0 +1,272 @@
+"""Fast tests of the pure functions (no MPI, no pool): each rule on its own, edge cases included.
+
+The integration tests run the same rules end to end; these say which rule broke, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import numpy as np
+import pytest
+
+from mpinb._events import FIELDS, RECV, SEND, WAIT, world_rank
+from mpinb._protocol import wait_state
+from mpinb._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_text
+from mpinb._values import ReprOnly, pack, unpack
+from mpinb.pool import RankFailure, RunResult
+from mpinb.pool._hang import HangWatch, _find_cycle, death_report, describe_wait, diagnose
+from mpinb.rank._output import capped_output
+from mpinb.trace import Trace
+from mpinb.trace._trace import busy_until
+
+pytestmark = pytest.mark.timeout(20)
+
+
+# -- rank ranges and counts ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, ranks", [
+    (None, [0, 1, 2, 3]), ("all", [0, 1, 2, 3]), ("", [0, 1, 2, 3]), (2, [2]), ("0,2-3", [0, 2, 3]),
+    (" 3, 1 ", [1, 3]), ([3, 1, 3], [1, 3]), (range(1, 3), [1, 2]), ("1-1", [1]),
+])
+def test_targets_are_read_as_people_write_them(spec, ranks):
+    assert parse_ranks(spec, 4) == ranks
+
+
+@pytest.mark.parametrize("spec, error, message", [
+    ("4", ValueError, r"rank 4 outside the pool: it has 4 ranks \(0-3\)"),
+    ([9, -1], ValueError, r"ranks -1, 9 outside the pool"),
+    ("3-1", ValueError, "runs backwards"),
+    ("1,,2", ValueError, "empty rank"),
+    ("one", ValueError, "write ranks like '0,2-3'"),
+    ([], ValueError, "selects no rank"),
+    (True, TypeError, "must be ranks"),
+    ([1.0], TypeError, "integer ranks"),
+    (1.5, TypeError, "an int, a list"),
+])
+def test_bad_targets_say_what_is_wrong(spec, error, message):
+    with pytest.raises(error, match=message):
+        parse_ranks(spec, 4)
+
+
+def test_rank_sets_are_written_compactly():
+    assert format_ranks([5, 0, 1, 2, 2]) == "0-2, 5"
+    assert format_ranks([3], word=True) == "rank 3"
+    assert format_ranks(range(4), word=True) == "ranks 0-3"
+    assert format_ranks([]) == ""
+
+
+def test_one_rule_for_a_number_of_ranks():
+    assert rank_count(3) == 3
+    assert rank_count_in_text(" 12 ", "-n") == 12
+    for bad, error in [(0, ValueError), (-1, ValueError), (2.0, TypeError), ("2", TypeError), (True, TypeError)]:
+        with pytest.raises(error, match="must be a whole number, at least 1"):
+            rank_count(bad)
+    for text in ("0", "two", "-3", "1.5", ""):
+        with pytest.raises(ValueError, match="-n must be a whole number, at least 1, not ") as info:
+            rank_count_in_text(text, "-n")
+        assert str(info.value).endswith(text if text.isdigit() else repr(text))
+
+
+def test_world_rank_of_a_communicator_rank():
+    assert world_rank([4, 6, 7], 1) == 6
+    assert world_rank([4, 6, 7], 3) == -1  # not a member
+    assert world_rank([4, 6, 7], -1) == -1  # ANY_SOURCE
+    assert world_rank(None, 0) == -1  # members unknown
+    assert world_rank([0, 1], None) == -1
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+def test_values_travel_pickled_or_as_their_repr():
+    data, text, why = pack({"a": np.arange(3)})
+    assert data is not None and text.startswith("{'a': array") and why == ""
+    assert unpack(data, text, why)["a"].tolist() == [0, 1, 2]
+    data, text, why = pack(lambda: 1)
+    assert data is None and "PicklingError" in why or "AttributeError" in why
+    assert isinstance(unpack(data, text, why), ReprOnly)
+    assert unpack(b"not a pickle", "x", "") == ReprOnly("x", "")
+
+
+def test_a_broken_repr_does_not_lose_the_value():
+    class Broken:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    _, text, _ = pack(Broken())
+    assert "repr failed" in text
+
+
+# -- output caps -----------------------------------------------------------------------------------
+
+def test_output_is_cut_at_the_line_cap_with_a_count(monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    with capped_output(max_lines=3, max_chars=10_000) as dropped:
+        for i in range(10):
+            print(i)
+    lines = out.getvalue().splitlines()
+    assert lines[:4] == ["0", "1", "2", ""] and dropped == {"lines": 7, "chars": 14}, "no fourth line begins"
+    assert "7 more lines" in out.getvalue()
+
+
+def test_output_is_cut_at_the_character_cap_inside_one_write(monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    with capped_output(max_lines=100, max_chars=5) as dropped:
+        sys.stdout.write("abcdefgh")
+    assert out.getvalue().startswith("abcde\n[mpinb] output cut") and dropped["chars"] == 3
+
+
+# -- hang diagnosis --------------------------------------------------------------------------------
+
+def test_cycles_are_found_smallest_rank_first():
+    assert _find_cycle({0: [1], 1: [2], 2: [0]}) == [0, 1, 2]
+    assert _find_cycle({0: [1], 1: [2], 2: [3], 3: [2]}) == [2, 3]
+    assert _find_cycle({0: [1], 1: [], 2: [1]}) is None
+    assert _find_cycle({0: [0]}) == [0]
+    assert _find_cycle({}) is None
+
+
+def _send(peer: int, line: int = 2):
+    return wait_state("send", "send", ("<mpi-cell-1>", line), comm="world", members=[0, 1, 2, 3], peer=peer,
+                      nbytes=4_000_000, tag=0)
+
+
+def test_a_ring_of_sends_is_a_deadlock_with_its_fix():
+    diagnosis = diagnose({r: _send((r + 1) % 4) for r in range(4)}, finished=[], idle=[])
+    assert diagnosis.deadlock and diagnosis.cycle == [0, 1, 2, 3]
+    text = diagnosis.text()
+    assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in text
+    assert "rank 0: send to rank 1 (tag 0, 3.8 MB) at line 2" in text
+    assert "Small messages are buffered" in text
+
+
+def test_waiting_for_a_rank_that_finished_is_a_deadlock_without_a_cycle():
+    recv = wait_state("recv", "recv", ("/work/x.py", 7), comm="world", members=[0, 1], peer=1)
+    diagnosis = diagnose({0: recv}, finished=[1], idle=[])
+    assert diagnosis.deadlock and diagnosis.cycle is None
+    assert diagnosis.stuck_on_absent() == {0: [1]}
+    assert "recv from rank 1 at line 7 of /work/x.py" in diagnosis.text()
+
+
+def test_a_collective_waits_for_the_members_not_in_it():
+    bcast = wait_state("bcast", "collective", ("<mpi-cell-1>", 1), comm="world", members=[0, 1, 2], root=0)
+    barrier = wait_state("barrier", "collective", ("<mpi-cell-1>", 2), comm="world", members=[0, 1, 2])
+    diagnosis = diagnose({0: bcast, 1: bcast, 2: barrier}, finished=[], idle=[])
+    assert diagnosis.waits_for(0) == {2} and diagnosis.waits_for(2) == {0, 1}
+    assert diagnosis.cycle is not None
+    assert describe_wait(bcast) == "bcast on communicator 'world' (root 0) at line 1"
+
+
+def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_picture():
+    watch = HangWatch([0, 1], idle=[])
+    waiting = [{"mpinb_wait": _send(1)}, {"mpinb_wait": _send(0)}]
+    assert watch.update([waiting[0], {}], [False, False]) is None, "rank 1 still computes"
+    first = watch.update(waiting, [False, False])
+    assert first is not None and first.cycle == [0, 1]
+    assert watch.update(waiting, [False, False]) is None, "the same picture is not shown twice"
+
+
+@pytest.mark.parametrize("output, dead, expected", [
+    ("BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n   PID 1002 RUNNING AT host\n"
+     "   KILLED BY SIGNAL: 9 (Killed)", [2], "rank 2 died: killed by signal 9 (SIGKILL (out of memory, or kill -9))"),
+    ("   PID 1001 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died: its process exited with code 3"),
+    ("   PID 1001 RUNNING AT host\n   EXIT CODE: 139", [1], "rank 1 died: killed by signal 11 (SIGSEGV (a crash))"),
+    ("", [0, 1], "one of ranks 0-1 died (its process ended)"),
+    ("   PID 1002 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died (its process ended)"),  # about another
+    ("   PID 1003 on node x exited on signal 6", [], "rank 3 died: killed by signal 6 (SIGABRT)"),
+])
+def test_death_reports_name_the_rank_and_how(output, dead, expected):
+    pids = {1000: 0, 1001: 1, 1002: 2, 1003: 3}
+    assert death_report(output, pids, dead) == expected
+
+
+# -- traces ----------------------------------------------------------------------------------------
+
+def _event(op, kind, peer, tag, start, end, returned=None, sent=0, received=0, comm="world"):
+    values = {"op": op, "kind": kind, "comm": comm, "peer": peer, "tag": tag, "sent": sent, "received": received,
+              "start": start, "end": end, "returned": end if returned is None else returned,
+              "file": "<mpi-cell-1>", "line": 1}
+    return tuple(values[name] for name in FIELDS)
+
+
+def _trace(events_by_rank: dict[int, list[tuple]]) -> Trace:
+    size = len(events_by_rank)
+    return Trace({rank: {"events": events, "dropped": 0, "comms": {"world": list(range(size))},
+                         "began": 0.0, "ended": 10.0, "offset": 0.0}
+                  for rank, events in events_by_rank.items()}, world_size=size)
+
+
+def test_the_kth_send_on_a_channel_matches_the_kth_receive():
+    trace = _trace({
+        0: [_event("Send", SEND, 1, 5, 1.0, 1.1, sent=8), _event("Send", SEND, 1, 5, 2.0, 2.1, sent=16),
+            _event("Send", SEND, 1, 6, 3.0, 3.1, sent=4)],
+        1: [_event("Recv", RECV, 0, 6, 0.5, 3.2, received=4), _event("Recv", RECV, 0, 5, 3.3, 3.4, received=8),
+            _event("Recv", RECV, 0, 5, 3.5, 3.6, received=16)],
+    })
+    messages = trace.messages()
+    assert [(m["tag"], m["bytes"]) for m in messages] == [(5, 8), (5, 16), (6, 4)]
+    assert trace.matrix()[0, 1] == 28 and trace.matrix("messages")[0, 1] == 3
+
+
+def test_a_send_without_its_receive_stays_unmatched():
+    trace = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.1)], 1: []})
+    assert trace.messages() == [] and list(trace.events["msg"]) == [-1]
+
+
+def test_busy_until_one_rule_for_every_view():
+    trace = _trace({0: [_event("Isend", SEND, 1, 0, 1.0, 5.0, returned=1.1), _event("Wait", WAIT, -1, -1, 4.0, 5.0,
+                                                                                      returned=5.2),
+                        _event("Send", SEND, 1, 0, 6.0, 6.5)],
+                    1: []})
+    assert busy_until(trace.events).tolist() == [1.1, 5.0, 6.5]
+    (row,) = [r for r in trace.summary() if r["rank"] == 0]
+    assert row["mpi"] == pytest.approx(0.1 + 1.0 + 0.5)
+    chrome = [e for e in trace.to_chrome()["traceEvents"] if e["ph"] == "X"]
+    assert [round(e["dur"]) for e in chrome] == [100_000, 1_000_000, 500_000]
+
+
+# -- results ---------------------------------------------------------------------------------------
+
+def _failure(kind: str) -> RankFailure:
+    return RankFailure(type=kind, message="", traceback=f"{kind}\n")
+
+
+def test_which_ranks_failed_has_one_answer():
+    result = RunResult(ranks=[0, 1, 2], errors={0: _failure("ValueError"), 1: _failure("KeyboardInterrupt")},
+                       released=[1])
+    assert result.failed_ranks() == [0]
+    assert [ranks for ranks, _ in result.error_groups()] == [[0]]
+    stopped = RunResult(ranks=[0, 1], errors={0: _failure("KeyboardInterrupt"), 1: _failure("KeyboardInterrupt")},
+                        stopped="timeout")
+    assert stopped.failed_ranks() == []
+    raised = RunResult(ranks=[0], errors={0: _failure("KeyboardInterrupt")})
+    assert raised.failed_ranks() == [0], "user code that raises KeyboardInterrupt itself failed"
+
+
+# -- the live output widget ------------------------------------------------------------------------
+
+def test_the_live_view_is_sent_only_what_is_new(monkeypatch):
+    from mpinb.widgets import RankOutput
+    from mpinb.widgets import output as output_module
+
+    sent: list[dict] = []
+    view = RankOutput([0, 1])
+    monkeypatch.setattr(view, "send", lambda content, buffers=None: sent.append(content))
+    monkeypatch.setattr(output_module, "_SYNC_INTERVAL", 0.0)
+    view.append(0, "stdout", "hello ")
+    view.append(1, "stderr", "warning\n")
+    view.append(0, "stdout", "world\n")
+    assert [m["items"] for m in sent] == [[["text", 0, "stdout", "hello "]], [["text", 1, "stderr", "warning\n"]],
+                                          [["text", 0, "stdout", "world\n"]]]
+    assert view.stdout == ["", ""], "the whole output is state only at the end"
+    view._on_view_message(view, {"type": "snapshot"}, None)  # a view that opens late gets everything
+    assert view.stdout == ["hello world\n", ""] and view.stderr == ["", "warning\n"]
+    view.append(1, "stdout", "more\n")
+    assert sent[-1]["items"] == [["text", 1, "stdout", "more\n"]]
+    view.finish(RunResult(ranks=[0, 1], stdout={0: "hello world\n", 1: "more\n"}, stderr={1: "warning\n"}))
+    assert view.stdout == ["hello world\n", "more\n"] and view.state == ["ok", "ok"]
+    assert view.merged == [[0, "stdout", "hello "], [1, "stderr", "warning\n"], [0, "stdout", "world\n"],
+                           [1, "stdout", "more\n"]]
