@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install lab test bench system clean
+.PHONY: install lab test lint bench system clean
 
 install: $(STAMP)
 
@@ -32,7 +32,12 @@ system:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: install system
+# Lint (ruff, rules in pyproject.toml) and types (mypy over mpinb/) first: seconds, not minutes.
+lint: install
+	$(BIN)/ruff check mpinb tests bench
+	$(BIN)/mypy
+
+test: install system lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

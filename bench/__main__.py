@@ -126,7 +126,8 @@ def tracing_cost() -> list[tuple]:
     with mpinb.Pool(2) as pool:
         for how in ("cell", "run_file"):
             on, off = _on_off(pool, how)
-            for key, label in (("latency_us", "traced Send/Recv 1 byte"), ("latency_lowercase_us", "traced send/recv 1 byte")):
+            for key, label in (("latency_us", "traced Send/Recv 1 byte"),
+                               ("latency_lowercase_us", "traced send/recv 1 byte")):
                 traced, plain = _median(on, key), _median(off, key)
                 rows.append((f"{label}, {how}, per call (us)", traced, "tracing off", plain, plain / traced))
                 rows.append((f"{label}, {how}, added by tracing (us)", traced - plain, "target", 2.0,

@@ -45,7 +45,8 @@ def record_trace(events_per_rank: int = 25_000, ranks: int = 4):
     with mpinb.Pool(ranks) as pool:
         pool.trace_capacity = events_per_rank
         code = (f"for _ in range({rounds}):\n"
-                "    comm.Sendrecv(np.zeros(1), dest=(rank + 1) % size, recvbuf=np.zeros(1), source=(rank - 1) % size)\n"
+                "    comm.Sendrecv(np.zeros(1), dest=(rank + 1) % size,\n"
+                "                  recvbuf=np.zeros(1), source=(rank - 1) % size)\n"
                 "    comm.Barrier()\n"
                 f"for _ in range({events_per_rank - 3 * rounds}):\n"
                 "    comm.Barrier()\n")

@@ -34,14 +34,25 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is imported on first use
-    from .errors import (CellSyntaxError, DeadlockError, MPIHangError, PoolError, PoolStartError, RankDiedError,
-                         RankError)
+    from .errors import (
+        CellSyntaxError,
+        DeadlockError,
+        MPIHangError,
+        PoolError,
+        PoolStartError,
+        RankDiedError,
+        RankError,
+    )
     from .notebook import current_pool, last_trace, load_ipython_extension, unload_ipython_extension
     from .pool import Pool, RankFailure, RunResult
     from .teach import CheckResult, check
     from .trace import Trace
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
+    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "check", "current_pool",
+    "last_trace", "load_ipython_extension", "unload_ipython_extension", "Pool",
+]
 
 
 def __getattr__(name: str) -> Any:

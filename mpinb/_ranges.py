@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Union
 
-Targets = Union[int, str, Iterable[int], None]
+Targets = int | str | Iterable[int] | None
 """Which ranks: ``None`` (all), a rank, ranks, a ``range``, or text such as ``"0,2-3"``."""
 
 

@@ -30,7 +30,7 @@ def short_repr(value: object) -> str:
     """A repr that is cheap and bounded, for tables of per-rank values."""
     try:
         text = repr(value)
-    except Exception as err:  # a broken __repr__ must not lose the cell
+    except Exception as err:  # noqa: BLE001 - a broken __repr__ must not lose the cell
         return f"<{type(value).__name__}: repr failed: {err!r}>"
     if len(text) > MAX_REPR:
         text = text[: MAX_REPR - 1] + "…"
@@ -42,7 +42,7 @@ def pack(value: object) -> tuple[bytes | None, str, str]:
     text = short_repr(value)
     try:
         return pickle.dumps(value, protocol=5), text, ""
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a value's __reduce__ may raise anything: the repr still comes
         return None, text, f"{type(err).__name__}: {err}"
 
 
@@ -52,5 +52,5 @@ def unpack(data: bytes | None, text: str, why: str) -> object:
         return ReprOnly(text, why or "not picklable")
     try:
         return pickle.loads(data)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a class that exists only on the ranks, for one
         return ReprOnly(text, f"cannot rebuild in the notebook: {type(err).__name__}: {err}")

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 from ._ranges import format_ranks
 
 if TYPE_CHECKING:
+    from ._protocol import WaitState
+    from .pool._hang import Diagnosis
     from .pool._result import RankFailure, RunResult
 
 
-def _short_wait(state: dict) -> str:
+def _short_wait(state: WaitState) -> str:
     """``bcast (line 5)`` for the one-line account of a failed run."""
-    return f"{state.get('op', '?')} (line {state.get('line')})"
+    return f"{state['op']} (line {state['line']})"
 
 
 class PoolError(RuntimeError):
@@ -103,7 +105,7 @@ class MPIHangError(TimeoutError):
     the wait-for cycle; ``str()`` is the text the notebook shows. The pool is usable afterwards.
     """
 
-    def __init__(self, message: str, diagnosis):
+    def __init__(self, message: str, diagnosis: Diagnosis):
         self.diagnosis = diagnosis
         super().__init__(f"{message}\n{diagnosis.text()}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from browser import jupyterlab, page_on, run_all, write_notebook
 from conftest import wait_until_gone
 

@@ -10,7 +10,6 @@ import sys
 
 import nbformat
 import pytest
-
 from conftest import wait_until_gone
 
 
@@ -27,7 +26,8 @@ def notebook(path, cells: list[str], kernel: str = "python3") -> str:
 
 
 def test_run_passes_a_magics_notebook_and_writes_the_output(tmp_path, existing_pools):
-    source = notebook(tmp_path / "ok.ipynb", ["%load_ext mpinb", "%%mpi\nx = rank + 1", "x = %mpi pull x\nassert x == [1, 2]"])
+    source = notebook(tmp_path / "ok.ipynb",
+                      ["%load_ext mpinb", "%%mpi\nx = rank + 1", "x = %mpi pull x\nassert x == [1, 2]"])
     done = mpinb("run", source, "-n", "2", "-o", str(tmp_path / "out.ipynb"))
     assert done.returncode == 0, done.stderr
     assert "all 3 code cells ran without error" in done.stdout

@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
+from conftest import pool_processes
 
 import mpinb
-from conftest import pool_processes
 
 RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
 
@@ -153,9 +153,8 @@ def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
 @pytest.mark.timeout(120)
 def test_the_kernels_stop_button_interrupts_a_deadlocked_cell(existing_pools):
     """The real path: a Jupyter kernel, the interrupt that JupyterLab's stop button sends."""
-    from jupyter_client.manager import start_new_kernel
-
     from conftest import wait_until_gone
+    from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3")
     try:
@@ -209,7 +208,8 @@ def test_an_error_inside_a_collective_is_reported_and_the_pool_goes_on(pool4, ca
     said = str(info.value)
     assert (f"waiting in {others_in} (line" in said) if others_in else ("finished without error" in said)
     # no restart: the same ranks answer, on the world and on a communicator made before the failure
-    res = pool4.run("half = comm.Split(rank % 2)\n(comm.allreduce(rank), half.allgather(rank), half.bcast(rank, root=1))")
+    res = pool4.run("half = comm.Split(rank % 2)\n"
+                    "(comm.allreduce(rank), half.allgather(rank), half.bcast(rank, root=1))")
     assert res.value == {r: (6, [r % 2, r % 2 + 2], r % 2 + 2) for r in range(4)}
 
 

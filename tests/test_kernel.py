@@ -8,8 +8,8 @@ import time
 
 import jupyter_client
 import pytest
-
 from conftest import wait_until_gone
+
 from mpinb.cli import _kernelspec as kernelspec
 
 

@@ -10,9 +10,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import pool_processes, wait_until_gone
 
 import mpinb
-from conftest import pool_processes, wait_until_gone
 
 
 @pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError)])

@@ -7,9 +7,8 @@ import os
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import wait_until_gone
+from nbclient import NotebookClient
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "notebooks", "*.ipynb")))
 

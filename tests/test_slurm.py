@@ -9,10 +9,10 @@ import stat
 import time
 
 import pytest
-
-import mpinb
 from conftest import wait_until_gone
 from slurm_cluster import jobs, single_node_slurm
+
+import mpinb
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
         assert pool.run("size").value == {0: 2, 1: 2}
         security = os.path.join(pool._supervisor.cluster.profile_dir, "security")
         assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
-        keys = [name for name in os.listdir(security) if name.startswith(f"ipcontroller-{pool._supervisor.cluster.cluster_id}")]
+        cluster_id = pool._supervisor.cluster.cluster_id
+        keys = [name for name in os.listdir(security) if name.startswith(f"ipcontroller-{cluster_id}")]
         assert keys, "the connection files are where ipyparallel keeps them"
         for name in keys:
             mode = stat.S_IMODE(os.stat(os.path.join(security, name)).st_mode)

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-import mpinb
-from mpinb._events import COLLECTIVE, RECV, SEND
+from mpinb._events import COLLECTIVE, RECV
 
 
 def ops(trace, rank=None, kind=None) -> list[str]:
@@ -181,7 +180,8 @@ TRANSPARENCY = (
     "    comm.Send(np.zeros(2), dest=(rank + 1) % size, tag='x')\n"
     "except TypeError as e:\n"
     "    out.append(('typeerror', str(e)))\n"
-    "out.append(isinstance(comm, MPI.Intracomm) and isinstance(comm.Irecv(np.zeros(1), source=rank, tag=99), MPI.Request))\n"
+    "out.append(isinstance(comm, MPI.Intracomm)\n"
+    "           and isinstance(comm.Irecv(np.zeros(1), source=rank, tag=99), MPI.Request))\n"
     "comm.Send(np.zeros(1), dest=rank, tag=99)\n"
     "out\n"
 )

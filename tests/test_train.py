@@ -94,7 +94,8 @@ def test_tensor_parallel_equals_the_unsplit_model(pool4):
     code = """
 from mpinb.train import init_mlp, split_for_tensor_parallel, tensor_parallel_loss_and_grads
 X = np.random.default_rng(5).random((12, 8)); y = np.arange(12) % 3
-tp_loss, tp_grads = tensor_parallel_loss_and_grads(comm, split_for_tensor_parallel(init_mlp([8, 10, 3], seed=2), rank, size), X, y)
+shards = split_for_tensor_parallel(init_mlp([8, 10, 3], seed=2), rank, size)
+tp_loss, tp_grads = tensor_parallel_loss_and_grads(comm, shards, X, y)
 """
     pool4.run(code)
     X, y = np.random.default_rng(5).random((12, 8)), np.arange(12) % 3

@@ -24,6 +24,18 @@ from mpinb.trace._trace import busy_until
 pytestmark = pytest.mark.timeout(20)
 
 
+# -- the package ------------------------------------------------------------------------------------
+
+def test_every_public_name_is_exported_and_resolves():
+    import mpinb
+
+    assert sorted(mpinb.__all__) == sorted(mpinb._EXPORTS)
+    for name in mpinb.__all__:
+        assert getattr(mpinb, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Poool'"):
+        mpinb.Poool  # noqa: B018
+
+
 # -- rank ranges and counts ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, ranks", [
@@ -177,6 +189,7 @@ def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_
     ("", [0, 1], "one of ranks 0-1 died (its process ended)"),
     ("   PID 1002 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died (its process ended)"),  # about another
     ("   PID 1003 on node x exited on signal 6", [], "rank 3 died: killed by signal 6 (SIGABRT)"),
+    ("   PID 4242 RUNNING AT host\n   EXIT CODE: 3", [], "a rank died (its process ended)"),  # not a rank's pid
 ])
 def test_death_reports_name_the_rank_and_how(output, dead, expected):
     pids = {1000: 0, 1001: 1, 1002: 2, 1003: 3}

@@ -104,7 +104,8 @@ def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
         version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
         text = version.stdout + version.stderr
         lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-        described = next((line for line in lines if "version" in line.lower()), lines[0] if lines else "version unknown")
+        described = next((line for line in lines if "version" in line.lower()),
+                         lines[0] if lines else "version unknown")
         family = mpi_family_in(text)
         report.ok(f"mpiexec: {mpiexec} ({family + ', ' if family else ''}{described})")
         library_family = mpi_family_in(state.get("library", ""))

@@ -6,9 +6,9 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 from .._ranges import rank_count
-import tempfile
 
 KERNEL_NAME = "mpinb"
 

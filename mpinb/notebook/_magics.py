@@ -11,12 +11,13 @@ import re
 import shlex
 
 from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
-from . import _session as session
 from .._ranges import parse_ranks, rank_count_in_text
 from ..errors import PoolStartError
 from ..pool import Pool, default_size
+from . import _session as session
 
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
@@ -210,7 +211,7 @@ class MPIMagics(Magics):
     def _push(self, word: str, argv: list[str]) -> None:
         if not argv:
             raise UsageError("%mpi push NAME [NAME ...]: name the notebook variables to copy")
-        user_ns = self.shell.user_ns
+        user_ns = _shell(self).user_ns
         missing = [name for name in argv if name not in user_ns]
         if missing:
             raise UsageError(f"the notebook has no variable {', '.join(missing)}")
@@ -234,7 +235,7 @@ class MPIMagics(Magics):
         parallel = _autompi_enabled(self.shell)
         _set_autompi(self.shell, False)  # the nested run must not send the cell to the ranks
         try:
-            self.shell.run_cell(cell, store_history=False)
+            _shell(self).run_cell(cell, store_history=False)
         finally:
             _set_autompi(self.shell, parallel)
 
@@ -248,6 +249,12 @@ class MPIMagics(Magics):
         _set_autompi(self.shell, enable)
         print("mpinb: every cell now runs on the pool (`%autompi off` to stop)" if enable
               else "mpinb: cells run in the notebook again")
+
+
+def _shell(magics: Magics) -> InteractiveShell:
+    if magics.shell is None:  # only a Magics made outside IPython has none
+        raise RuntimeError("mpinb's magics need IPython: load them with %load_ext mpinb")
+    return magics.shell
 
 
 def _no_arguments(word: str, argv: list[str]) -> None:

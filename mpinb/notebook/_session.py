@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Sequence
 
 from IPython.display import display
 
-from .._ranges import format_ranks
+from .._ranges import Targets, format_ranks
 from ..errors import CellSyntaxError, PoolError, RankError
 from ..pool._pool import Pool
 from ..pool._result import RunResult
@@ -48,7 +49,7 @@ def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     return pool
 
 
-def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_args: list[str] = (),
+def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_args: Sequence[str] = (),
                    hosts: str | None = None, hostfile: str | None = None, partition: str | None = None,
                    time: str | None = None, account: str | None = None) -> dict:
     """``Pool`` options from ``%mpi start``'s: hosts in the spelling of the chosen MPI, batch
@@ -119,7 +120,7 @@ def to_python(cell: str) -> str:
 def run_cell(
     code: str,
     n: int | None = None,
-    targets: object = None,
+    targets: Targets = None,
     timeout: float | None = None,
     output: str = "tabs",
     first_line: int = 1,
@@ -145,7 +146,7 @@ def run_script(
     path: str,
     args: list[str],
     stdin: str | None = None,
-    targets: object = None,
+    targets: Targets = None,
     timeout: float | None = None,
     output: str = "tabs",
     trace: bool = True,
@@ -157,7 +158,7 @@ def run_script(
                   lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace))
 
 
-def _shown(pool: Pool, targets: object, output: str, view: str, call) -> RunResult:
+def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunResult:
     """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
     then the message-flow views of its trace."""
     global _last_trace

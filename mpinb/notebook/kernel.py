@@ -15,9 +15,10 @@ from ipykernel.kernelapp import IPKernelApp
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
 from .. import __version__
+from ..pool import Pool
+from ..rank import _introspect
 from . import _session as session
 from ._magics import _set_autompi, runs_on_ranks
-from ..rank import _introspect
 
 ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
 
@@ -29,6 +30,7 @@ class MPIKernel(IPythonKernel):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        assert self.shell is not None, "IPythonKernel makes its shell in __init__"
         self.shell.run_line_magic("load_ext", "mpinb")
         _set_autompi(self.shell, True)
         try:
@@ -37,17 +39,19 @@ class MPIKernel(IPythonKernel):
             print(f"mpinb: the pool did not start ({err}); the first cell will try again",
                   file=sys.__stderr__)
 
-    def _runs_on_ranks(self, code: str) -> bool:
-        return runs_on_ranks(code) and session.current_pool() is not None
+    def _pool_for(self, code: str) -> Pool | None:
+        """The pool that answers completions and inspection for ``code``, if the ranks run it."""
+        return session.current_pool() if runs_on_ranks(code) else None
 
     def do_complete(self, code, cursor_pos):
         if cursor_pos is None:
             cursor_pos = len(code)
-        if not self._runs_on_ranks(code):
+        pool = self._pool_for(code)
+        if pool is None:
             return super().do_complete(code, cursor_pos)
         line, offset = line_at_cursor(code, cursor_pos)
         try:
-            text, matches = session.current_pool().call(_introspect.complete, line, cursor_pos - offset,
+            text, matches = pool.call(_introspect.complete, line, cursor_pos - offset,
                                                         timeout=ANSWER_WITHIN_S)
         except Exception:  # noqa: BLE001 - a busy or broken pool: no completions, not an error
             text, matches = "", []
@@ -55,16 +59,17 @@ class MPIKernel(IPythonKernel):
                 "metadata": {}, "status": "ok"}
 
     def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):
-        if not self._runs_on_ranks(code):
+        pool = self._pool_for(code)
+        if pool is None:
             return super().do_inspect(code, cursor_pos, detail_level, omit_sections)
         name = token_at_cursor(code, cursor_pos)
         try:
-            bundle = session.current_pool().call(_introspect.inspect, name, detail_level, timeout=ANSWER_WITHIN_S)
+            bundle = pool.call(_introspect.inspect, name, detail_level, timeout=ANSWER_WITHIN_S)
         except Exception:  # noqa: BLE001
             bundle = None
         if not bundle:
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
-        if not self.shell.enable_html_pager:
+        if self.shell is not None and not self.shell.enable_html_pager:
             bundle.pop("text/html", None)
         return {"status": "ok", "found": True, "data": bundle, "metadata": {}}
 

@@ -18,9 +18,6 @@ import tempfile
 import threading
 import time
 
-from .._protocol import DEATHWATCH_ENVIRONMENT as ENVIRONMENT
-
-
 
 class DeathWatch:
     """Records ``rank -> time of death``; ranks connect to :attr:`address` when they start."""

@@ -29,7 +29,7 @@ USUAL_FIXES = ("Usual fixes: order by rank (even ranks send first, odd ranks rec
 class Diagnosis:
     """What each blocked rank waits in, and the wait-for cycle (``None`` if there is none)."""
 
-    waits: dict[int, dict]
+    waits: dict[int, WaitState]
     finished: list[int] = field(default_factory=list)
     idle: list[int] = field(default_factory=list)
     cycle: list[int] | None = None
@@ -41,14 +41,13 @@ class Diagnosis:
     def waits_for(self, rank: int) -> set[int]:
         """The ranks whose action ``rank`` needs before its wait can end."""
         state = self.waits[rank]
-        members = state.get("members") or sorted(set(self.waits) | set(self.finished) | set(self.idle))
-        kind = state.get("kind")
-        if kind == "collective" or state.get("peer") is None or state.get("any_source"):
-            same = {r for r, s in self.waits.items()
-                    if s.get("comm") == state.get("comm") and s.get("op") == state.get("op")}
+        members = state["members"] or sorted(set(self.waits) | set(self.finished) | set(self.idle))
+        kind, peer = state["kind"], state["peer"]
+        if kind == "collective" or peer is None or state["any_source"]:
+            same = {r for r, s in self.waits.items() if s["comm"] == state["comm"] and s["op"] == state["op"]}
             others = set(members) - {rank}
             return others - same if kind == "collective" else others
-        return {state["peer"]}
+        return {peer}
 
     def stuck_on_absent(self) -> dict[int, list[int]]:
         """Ranks waiting only for ranks that finished the run or are not running it."""
@@ -74,7 +73,7 @@ class Diagnosis:
             lines.append(f"  {format_ranks(self.idle, word=True)}: not running this cell (see --targets)")
         if self.cycle is not None:
             lines.append("Wait-for cycle: " + " -> ".join(str(r) for r in [*self.cycle, self.cycle[0]]))
-            kinds = {self.waits[r].get("kind") for r in self.cycle}
+            kinds = {self.waits[r]["kind"] for r in self.cycle}
             if len(kinds) == 1 and kinds <= set(FIXES):
                 lines.append(FIXES[kinds.pop()])
         for rank, needed in sorted(self.stuck_on_absent().items()):
@@ -86,30 +85,28 @@ class Diagnosis:
         return self.text()
 
 
-def describe_wait(state: dict) -> str:
+def describe_wait(state: WaitState) -> str:
     """``send to rank 1 (tag 0, 4.0 MB) at line 2, waiting 2.1 s``"""
-    op, kind = state.get("op", "?"), state.get("kind")
+    op, kind = state["op"], state["kind"]
     if kind == "send":
-        what = f"{op} to rank {state.get('peer')}"
+        what = f"{op} to rank {state['peer']}"
     elif kind == "recv":
-        source = "any rank" if state.get("any_source") else f"rank {state.get('peer')}"
+        source = "any rank" if state["any_source"] else f"rank {state['peer']}"
         what = f"{op} from {source}"
     else:
-        what = f"{op} on communicator {state.get('comm')!r}"
-        if state.get("root") is not None:
+        what = f"{op} on communicator {state['comm']!r}"
+        if state["root"] is not None:
             what += f" (root {state['root']})"
     details = []
-    tag = state.get("tag")
-    if kind in ("send", "recv") and tag is not None and tag >= 0:
-        details.append(f"tag {tag}")
-    if state.get("bytes"):
+    if kind in ("send", "recv") and state["tag"] >= 0:
+        details.append(f"tag {state['tag']}")
+    if state["bytes"]:
         details.append(_size(state["bytes"]))
     if details:
         what += f" ({', '.join(details)})"
-    where = f" at line {state.get('line')}"
-    file = state.get("file", "")
-    if file and not file.startswith("<mpi-cell"):
-        where += f" of {file}"
+    where = f" at line {state['line']}"
+    if state["file"] and not state["file"].startswith("<mpi-cell"):
+        where += f" of {state['file']}"
     waited = state.get("waited")
     return what + where + (f", waiting {waited:.1f} s" if waited else "")
 
@@ -122,7 +119,7 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def diagnose(waits: dict[int, dict], finished: list[int], idle: list[int]) -> Diagnosis:
+def diagnose(waits: dict[int, WaitState], finished: list[int], idle: list[int]) -> Diagnosis:
     """The diagnosis for ranks blocked in ``waits`` (rank -> published state)."""
     diagnosis = Diagnosis(waits=dict(waits), finished=sorted(finished), idle=sorted(idle))
     graph = {rank: sorted(diagnosis.waits_for(rank) & set(waits)) for rank in waits}
@@ -167,22 +164,23 @@ class HangWatch:
 
     def update(self, published: list[dict], done: list[bool]) -> Diagnosis | None:
         """The new diagnosis if the hang is new or different, else None."""
-        waits = {}
-        for rank, data, finished in zip(self.ranks, published, done):
-            if finished:
+        waits: dict[int, WaitState] = {}
+        for rank, data, over in zip(self.ranks, published, done):
+            if over:
                 continue
             state = (data or {}).get(WAIT_KEY)
             if not state:
                 self.diagnosis = None  # someone still computes: not (yet) a hang
                 return None
             if "since" in state:
-                state = dict(state, waited=max(time.time() - state["since"], 0.0))
+                state = state.copy()
+                state["waited"] = max(time.time() - state["since"], 0.0)
             waits[rank] = state
         if not waits:
             return None
         finished = [r for r, d in zip(self.ranks, done) if d]
         self.diagnosis = diagnose(waits, finished, self.idle)
-        key = tuple((r, s.get("op"), s.get("peer"), s.get("line")) for r, s in sorted(waits.items()))
+        key = tuple((r, s["op"], s["peer"], s["line"]) for r, s in sorted(waits.items()))
         if key == self._shown:
             return None
         self._shown = key
@@ -206,9 +204,10 @@ def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int]) -> s
         who = f"one of {who}"
     how = ""
     reported = re.search(r"PID (\d+) RUNNING AT", output) or re.search(r"PID (\d+) on node", output)
-    if reported and rank_of_pid.get(int(reported.group(1))) in (dead or [rank_of_pid.get(int(reported.group(1)))]):
+    reported_rank = rank_of_pid.get(int(reported.group(1))) if reported else None
+    if reported_rank is not None and (not dead or reported_rank in dead):
         if not dead:
-            who = f"rank {rank_of_pid.get(int(reported.group(1)))}"
+            who = f"rank {reported_rank}"
         signal = (re.search(r"KILLED BY SIGNAL: (\d+)", output) or re.search(r"exited on signal (\d+)", output)
                   or re.search(r"EXIT STRING: .*\(signal (\d+)\)", output))
         code = re.search(r"EXIT CODE: (\d+)", output)

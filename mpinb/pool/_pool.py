@@ -11,7 +11,8 @@ import itertools
 import os
 import socket
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 RESET_TIMEOUT = 10.0
 _cell_numbers = itertools.count(1)
-_live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
+_live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 T = TypeVar("T")
 
 

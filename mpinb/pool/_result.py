@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import _render
+from .._protocol import WaitState
 from .._ranges import format_ranks
 from ..errors import RankError
 from ..trace import Trace
+from . import _render
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class RankFailure:
     traceback: str
     line: int | None = None
     file: str = ""
-    waiting: dict | None = None  # the MPI wait an interrupt broke, if it broke one
+    waiting: WaitState | None = None  # the MPI wait an interrupt broke, if it broke one
 
     def headline(self) -> str:
         where = f" (line {self.line})" if self.line else ""

@@ -4,8 +4,9 @@ turn the ranks' replies into a :class:`RunResult`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .._protocol import Reply
 from .._ranges import format_ranks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 OutputCallback = Callable[[int, str, object], None]
 """``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text), ``"display"``

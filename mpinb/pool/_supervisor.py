@@ -24,7 +24,14 @@ from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
 from ._hang import death_report
-from ._launch import ALLOCATION_LAUNCHER, LaunchSettings, allocation_srun, find_mpiexec, rank_environment, slurm_job_files
+from ._launch import (
+    ALLOCATION_LAUNCHER,
+    LaunchSettings,
+    allocation_srun,
+    find_mpiexec,
+    rank_environment,
+    slurm_job_files,
+)
 
 _POLL = 0.01
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
@@ -68,7 +75,7 @@ class Supervisor:
         except KeyboardInterrupt:
             self.shutdown()
             raise
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure to start becomes one PoolStartError
             message = self._startup_report(err)
             self.shutdown()
             raise PoolStartError(message) from (None if isinstance(err, PoolStartError) else err)
@@ -151,7 +158,8 @@ class Supervisor:
         hello: list[Hello] = self.client[:].apply_async(_rank.hello).get(timeout=self.start_timeout)
         for engine_id, info in zip(self.client.ids, hello):
             if not info["ready"]:
-                raise PoolStartError(f"rank {info['rank']} did not initialise: {info['failure'] or 'see its log below.'}")
+                why = info["failure"] or "see its log below."
+                raise PoolStartError(f"rank {info['rank']} did not initialise: {why}")
             if info["size"] != n:
                 raise PoolStartError(
                     f"the ranks are not one MPI world: engine {engine_id} has a world of size "

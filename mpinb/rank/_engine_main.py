@@ -10,11 +10,10 @@ and read it only once it holds complete JSON (the controller does not write it a
 """
 
 import json
-import os
 import sys
 import time
 
-sys.modules.setdefault("debugpy", None)  # makes `import debugpy` fail fast: no debugger
+sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]  # `import debugpy` fails fast: no debugger
 
 from ipyparallel.engine.app import IPEngine, main  # noqa: E402
 

@@ -17,13 +17,13 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from .._protocol import Failure, Limits, Reply
 from .._values import pack
-from ._output import capped_output
 from . import _waiting
+from ._output import capped_output
 from ._tracing import recording
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,7 +57,8 @@ def _exec_cell(source: str, filename: str, namespace: dict) -> object:
     tree = ast.parse(source, filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_quietly(source):
-        last = ast.Expression(tree.body.pop().value)
+        last = ast.Expression(tree.body[-1].value)
+        tree.body.pop()
     exec(compile(tree, filename, "exec"), namespace)
     if last is not None:
         return eval(compile(last, filename, "eval"), namespace)
@@ -195,7 +196,7 @@ def _is_users(module: object) -> bool:
     return isinstance(path, str) and _is_user_path(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_user_path(path: str) -> bool:  # cached: a run asks about every loaded module twice
     return not os.path.realpath(path).startswith(_library_roots())
 

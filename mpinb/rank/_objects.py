@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import operator
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import mpi4py
 from mpi4py import MPI
@@ -96,7 +97,7 @@ def loads(data) -> Any:
 
 
 def _check_root(root: object, size: int) -> int:
-    root = operator.index(root)  # as mpi4py's ``int root``: TypeError for anything else
+    root = operator.index(root)  # type: ignore[arg-type]  # as mpi4py's ``int root``: TypeError else
     if not 0 <= root < size:
         raise MPI.Exception(MPI.ERR_ROOT)
     return root

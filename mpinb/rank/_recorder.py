@@ -51,6 +51,8 @@ class Recorder:
 
     def forget(self, cid: str | None) -> None:
         """A freed communicator: its members are kept only until the run that used it ends."""
+        if cid is None:
+            return
         if self.on:
             self._freed.append(cid)
         else:

@@ -18,16 +18,24 @@ from __future__ import annotations
 
 import copyreg
 import sys
+from array import array
+from collections.abc import Iterator
 from contextlib import contextmanager
 from time import perf_counter as _now
-from typing import Iterator
 
 from mpi4py import MPI
 
-from array import array
-
-from .._events import (CART_DERIVING_CALLS, COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS, PROBE, RECV,
-                       SEND, WAIT, world_rank)
+from .._events import (
+    CART_DERIVING_CALLS,
+    COLLECTIVE,
+    DERIVING_CALLS,
+    LOCAL_DERIVING_CALLS,
+    PROBE,
+    RECV,
+    SEND,
+    WAIT,
+    world_rank,
+)
 from .._protocol import WaitKind, WaitState, wait_state
 from .._ranges import format_ranks
 from . import _objects as _objects_module
@@ -249,7 +257,7 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
     base = getattr(_Intracomm, name)
     status_at = 5 if replace else 6
     source_at, recvtag_at = (3, 4) if replace else (4, 5)
-    post = getattr(_Intracomm, "Isendrecv_replace") if replace else None
+    post = _Intracomm.Isendrecv_replace if replace else None
 
     def method(self, *args, **kwargs):
         rec = _rec

@@ -4,8 +4,8 @@ communication pattern a good solution has. :func:`mpinb.check` runs them."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -90,7 +90,7 @@ _EXCHANGE_N = 200_000  # 1.6 MB: far beyond the eager limit, so a send waits for
 
 
 def _verify_exchange(answers, size):
-    partner = lambda r: r ^ 1  # noqa: E731
+    partner = lambda r: r ^ 1
     return _compare(answers, lambda r: [float(partner(r)), _EXCHANGE_N],
                     "[first element, length] of what exchange() received")
 

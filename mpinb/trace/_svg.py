@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
-
 from ._trace import busy_until
 
 if TYPE_CHECKING:
@@ -31,7 +30,8 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:
              f'font-family="sans-serif" font-size="11">']
     for rank in ranks:
         y = y_of[rank]
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{width - left - right}" height="{lane - 6}" fill="#f3f3f3"/>')
+        parts.append(f'<rect x="{left}" y="{y + 3}" width="{width - left - right}" height="{lane - 6}" '
+                     'fill="#f3f3f3"/>')
         parts.append(f'<text x="4" y="{y + lane / 2 + 4}">rank {rank}</text>')
     events = trace.events
     stops = busy_until(events)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT, world_rank
+from .._protocol import Recording
 from ._match import match_messages
 
 DTYPE = np.dtype([
@@ -23,7 +26,7 @@ class Trace:
     on rank 0's clock. ``dropped`` counts calls beyond each rank's buffer.
     """
 
-    def __init__(self, per_rank: dict[int, dict], world_size: int):
+    def __init__(self, per_rank: Mapping[int, Recording], world_size: int):
         self.world_size = world_size
         self.ranks = sorted(per_rank)
         self.dropped = {r: data["dropped"] for r, data in per_rank.items() if data["dropped"]}

@@ -17,7 +17,7 @@ from ._mlp import (
     sgd_step,
 )
 from ._pipeline import bubble_fraction, gpipe_schedule, one_f_one_b_schedule, peak_activations, run_pipeline
-from ._tensor import tensor_parallel_loss_and_grads, split_for_tensor_parallel
+from ._tensor import split_for_tensor_parallel, tensor_parallel_loss_and_grads
 
 __all__ = [
     "accuracy",

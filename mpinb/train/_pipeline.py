@@ -69,11 +69,12 @@ def run_pipeline(comm, ops: list[tuple[str, int]], W: np.ndarray, b: np.ndarray,
     dW, db = np.zeros_like(W), np.zeros_like(b)
     caches: dict[int, tuple] = {}
     loss_grads: dict[int, np.ndarray] = {}
-    total_loss = 0.0 if last else None
+    total_loss = 0.0
     sends, timeline, peak = [], [], 0
     for kind, i in ops:
         if kind == "F":
             if first:
+                assert inputs is not None, "stage 0 reads the inputs"
                 x = inputs[i]
             else:
                 x = np.empty((micro_sizes[i], widths[stage]))
@@ -81,6 +82,7 @@ def run_pipeline(comm, ops: list[tuple[str, int]], W: np.ndarray, b: np.ndarray,
             start = time.perf_counter()
             out, caches[i] = layer_forward(W, b, x, last)
             if last:
+                assert labels is not None, "the last stage computes the loss"
                 loss, loss_grads[i] = loss_grad(out, labels[i])
                 total_loss += loss
             time.sleep(pad_s)
@@ -103,4 +105,4 @@ def run_pipeline(comm, ops: list[tuple[str, int]], W: np.ndarray, b: np.ndarray,
             if not first:
                 sends.append(comm.Isend(dx, dest=stage - 1, tag=_GRAD_TAG + i))
     MPI.Request.Waitall(sends)
-    return total_loss, dW, db, timeline, peak
+    return (total_loss if last else None), dW, db, timeline, peak

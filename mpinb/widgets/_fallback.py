@@ -9,8 +9,8 @@ class StaticFallback:
     def _fallback(self) -> tuple[str, str]:
         raise NotImplementedError
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
+    def _repr_mimebundle_(self, **kwargs: object) -> tuple[dict, dict]:
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]  # the widget's, after us in the MRO
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
         data = dict(data)
         data["text/plain"], data["text/html"] = self._fallback()

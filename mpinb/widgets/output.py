@@ -9,8 +9,8 @@ import time
 import anywidget
 import traitlets as t
 
-from ..pool import _render
 from .._ranges import format_ranks
+from ..pool import _render
 from ..pool._result import RunResult
 from ._fallback import StaticFallback
 
@@ -53,12 +53,9 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
             **kwargs,
         )
         self._index = {rank: i for i, rank in enumerate(ranks)}
-        self._buffer = {
-            "stdout": list(self.stdout),
-            "stderr": list(self.stderr),
-            "displays": [list(d) for d in self.displays],
-            "merged": [],
-        }
+        self._text: dict[str, list[str]] = {"stdout": [""] * count, "stderr": [""] * count}
+        self._displays: list[list[dict]] = [[] for _ in ranks]
+        self._merged: list[list] = []  # [index, stream, text] chunks in arrival order
         self._news: list[list] = []  # what the views have not been sent yet
         self._outputs: dict[int, list[dict]] = {rank: [] for rank in ranks}
         self._last_sync = 0.0
@@ -69,18 +66,18 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
         """Take one increment from the pool (see ``mpinb.pool._streams``); views get what is new,
         at most 4 times a second."""
         i = self._index[rank]
-        buf = self._buffer
         if kind in ("stdout", "stderr"):
             assert isinstance(data, str)
-            buf[kind][i] += data
-            merged = buf["merged"]
+            self._text[kind][i] += data
+            merged = self._merged
             if merged and merged[-1][0] == i and merged[-1][1] == kind:
                 merged[-1] = [i, kind, merged[-1][2] + data]
             else:
                 merged.append([i, kind, data])
             self._news.append(["text", i, kind, data])
         elif kind.startswith("reset-"):
-            buf[kind[6:]][i] = data
+            assert isinstance(data, str)
+            self._text[kind[6:]][i] = data
             self._news.append(["reset", i, kind[6:], data])
         elif kind == "hang":
             assert isinstance(data, str)
@@ -89,7 +86,7 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
             assert isinstance(data, dict)
             self._outputs[rank].append(data)
             item = _displayable(data)
-            buf["displays"][i].append(item)
+            self._displays[i].append(item)
             self._news.append(["display", i, item])
         now = time.perf_counter()
         if now - self._last_sync >= _SYNC_INTERVAL:
@@ -104,13 +101,12 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
 
     def _sync_everything(self) -> None:
         """The whole output as state (for a view that opens late, and for the end of the run)."""
-        buf = self._buffer
         self._news = []
         with self.hold_sync():
-            self.stdout = list(buf["stdout"])
-            self.stderr = list(buf["stderr"])
-            self.displays = [list(d) for d in buf["displays"]]
-            self.merged = [list(m) for m in buf["merged"]]
+            self.stdout = list(self._text["stdout"])
+            self.stderr = list(self._text["stderr"])
+            self.displays = [list(d) for d in self._displays]
+            self.merged = [list(m) for m in self._merged]
 
     def _on_view_message(self, _widget: object, content: dict, _buffers: object) -> None:
         if content.get("type") == "snapshot":  # a view opened while the run goes on
@@ -119,8 +115,8 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
     def finish(self, result: RunResult | None, how: str = "") -> None:
         """Show the final state: per-rank marks, values, and a one-line summary."""
         if result is not None:
-            self._buffer["stdout"] = [result.stdout.get(r, "") for r in self.ranks]
-            self._buffer["stderr"] = [result.stderr.get(r, "") for r in self.ranks]
+            self._text["stdout"] = [result.stdout.get(r, "") for r in self.ranks]
+            self._text["stderr"] = [result.stderr.get(r, "") for r in self.ranks]
             self._outputs = {r: result.outputs.get(r, []) for r in self.ranks}
         self._sync_everything()
         with self.hold_sync():

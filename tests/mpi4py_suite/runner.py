@@ -66,7 +66,6 @@ def main() -> None:
     sys.path.insert(0, testdir)
     sys.argv = [os.path.join(testdir, "main.py"), module]
     from main import TestProgram  # mpi4py's own test program: same options, same set-up
-
     from mpi4py import MPI
 
     results = []
