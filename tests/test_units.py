@@ -259,6 +259,17 @@ def test_which_ranks_failed_has_one_answer():
     assert raised.failed_ranks() == [0], "user code that raises KeyboardInterrupt itself failed"
 
 
+# -- the tutorials' data --------------------------------------------------------------------------
+
+def test_the_shipped_digits_are_the_uci_test_set():
+    from mpinb.train import load_digits_data
+
+    X, y = load_digits_data()
+    assert X.shape == (1797, 64) and X.dtype == np.float64 and 0 <= X.min() and X.max() == 1.0
+    assert np.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    assert X.sum() == 35107.375, "the same pixels as scikit-learn's copy (checked against load_digits)"
+
+
 # -- the live output widget ------------------------------------------------------------------------
 
 def test_the_live_view_is_sent_only_what_is_new(monkeypatch):

@@ -1,16 +1,20 @@
-"""The digits data (scikit-learn's bundled copy: no download) and how batches are cut."""
+"""The digits data (shipped with mpinb: no download, see DIGITS.md) and how batches are cut."""
 
 from __future__ import annotations
 
+import gzip
+import pathlib
+
 import numpy as np
+
+DIGITS = pathlib.Path(__file__).with_name("digits.csv.gz")
 
 
 def load_digits_data() -> tuple[np.ndarray, np.ndarray]:
     """1,797 8x8 images as float64 rows in [0, 1], and their labels 0-9."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    return digits.data.astype(np.float64) / 16.0, digits.target.astype(np.int64)
+    with gzip.open(DIGITS, "rt") as handle:
+        table = np.loadtxt(handle, delimiter=",", dtype=np.int64)
+    return table[:, :-1].astype(np.float64) / 16.0, table[:, -1]
 
 
 def global_batches(n_samples: int, batch_size: int, steps: int, seed: int = 0) -> list[np.ndarray]:
