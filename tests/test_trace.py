@@ -199,7 +199,7 @@ def test_untraced_runs_use_mpi4py_objects_directly(pool4):
     res = pool4.run(f"from mpi4py import MPI as M\n{who}, M.Intracomm, M.Request", trace=False)
     assert {v[:3] for v in res.value.values()} == {(True, True, "mpi4py.MPI")}
     res = pool4.run(who)
-    assert set(res.value.values()) == {(False, True, "mpinb.rank._traced")}
+    assert set(res.value.values()) == {(False, True, "mpinb.rank._requests")}
 
 
 def test_twins_look_like_mpi4py_objects(pool4):

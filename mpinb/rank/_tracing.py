@@ -7,8 +7,11 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
+from ._calls import _Request
+from ._collectives import new_epoch
 from ._recorder import RECORDER, align_clock, polite_barrier
-from ._traced import TracedRequest, _Request, new_epoch, traced
+from ._requests import TracedRequest
+from ._traced import traced
 
 _plain_world = MPI.COMM_WORLD
 _traced_world = None

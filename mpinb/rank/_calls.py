@@ -1,0 +1,139 @@
+"""What every traced call shares: reading mpi4py's arguments, the user's line, what a wait is for,
+polling, and the class identity of the twins (see :mod:`._traced` for the design)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from mpi4py import MPI
+
+from .._events import world_rank
+from .._protocol import WaitKind, WaitState, wait_state
+from ._recorder import RECORDER as _rec
+from ._waiting import abandon as _abandon
+from ._waiting import wait as _poll
+
+_Intracomm = MPI.Intracomm
+_Request = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
+_NAN = float("nan")
+_BYTE = MPI.BYTE
+
+
+def _arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
+    if len(args) > position:
+        return args[position]
+    return kwargs.get(name, default)
+
+
+def _nbytes(spec) -> int:
+    """Size of an mpi4py buffer spec: an array, or ``[array, count, type]`` and friends."""
+    if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
+        return 0
+    size = getattr(spec, "nbytes", None)
+    if size is not None:
+        return int(size)
+    if isinstance(spec, (list, tuple)):
+        return _nbytes(spec[0]) if spec else 0
+    try:
+        return memoryview(spec).nbytes
+    except TypeError:
+        return 0
+
+
+def _with_status(args: tuple, kwargs: dict, position: int):
+    """The user's status argument, or a fresh Status slipped in so that we can read the source."""
+    status = _arg(args, kwargs, position, "status")
+    if status is not None:
+        return args, kwargs, status
+    status = MPI.Status()
+    if len(args) > position:
+        args = args[:position] + (status,) + args[position + 1:]
+    else:
+        kwargs = dict(kwargs, status=status)
+    return args, kwargs, status
+
+
+def _where(depth: int = 2) -> tuple[str, int]:
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # called from the top of a stack
+        return "", 0
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def _peer_world(comm, peer) -> int | None:
+    world = world_rank(_rec.comms.get(comm._mpinb_id), peer)
+    return world if world >= 0 else None
+
+
+def _describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple[str, int], root=None):
+    """What a wait is for, built only if the wait lasts (``_waiting`` calls it after spinning)."""
+    return _describe, (comm, op, kind, peer, tag, size, where, root)
+
+
+def _describe(comm, op, kind, peer, tag, size, where, root) -> WaitState:
+    return wait_state(op, kind, where, comm=comm._mpinb_id, members=_rec.comms.get(comm._mpinb_id),
+                      peer=_peer_world(comm, peer),
+                      any_source=peer == MPI.ANY_SOURCE, tag=tag, nbytes=size,
+                      root=_peer_world(comm, root))
+
+
+def _named(method, base):
+    method.__name__ = base.__name__
+    method.__qualname__ = f"TracedIntracomm.{base.__name__}"
+    method.__doc__ = base.__doc__
+    return method
+
+
+def _poll_result(call, done, describe):
+    """Poll ``call()`` until ``done(result)``; return that result."""
+    box = [None]
+
+    def test() -> bool:
+        box[0] = call()
+        return done(box[0])
+
+    _poll(test, describe)
+    return box[0]
+
+
+def _is_not_none(value) -> bool:
+    return value is not None
+
+
+def _first(value) -> bool:
+    return value[0]
+
+
+@contextmanager
+def _abandoned_if_broken(*requests) -> Iterator[None]:
+    """Requests still pending when the block is broken off (an interrupt) are abandoned."""
+    try:
+        yield
+    except BaseException:
+        for request in requests:
+            _abandon(request)
+        raise
+
+
+class _TwinClass(type):
+    """The class of a twin equals (and hashes as) the mpi4py class it stands for, so that
+    ``type(comm) == MPI.Cartcomm`` holds; subclasses of a twin class are classes of their own."""
+
+    def __eq__(cls, other) -> bool:
+        return other is cls or other is cls.__dict__.get("_mpinb_plain", cls)
+
+    def __ne__(cls, other) -> bool:
+        return not cls == other
+
+    def __hash__(cls) -> int:
+        return type.__hash__(cls.__dict__.get("_mpinb_plain", cls))
+
+
+def _converter(name: str):
+    def convert(cls, value):
+        return cls._twin_of(getattr(cls._mpinb_plain, name)(value))
+    convert.__name__ = name
+    return classmethod(convert)

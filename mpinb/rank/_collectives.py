@@ -1,0 +1,171 @@
+"""Traced collectives: the members agree on the call first (in polled messages on mpinb's copy
+of the communicator), lowercase ones then run as polled messages of pickles (see ``_objects``),
+uppercase blocking ones as their nonblocking forms, polled."""
+
+from __future__ import annotations
+
+from array import array
+from time import perf_counter as _now
+
+from mpi4py import MPI
+
+from .._events import CART_DERIVING_CALLS, COLLECTIVE
+from . import _objects as _objects_module
+from ._calls import _NAN, _arg, _describer, _Intracomm, _named, _nbytes, _where
+from ._recorder import RECORDER as _rec
+from ._requests import TracedRequest
+from ._waiting import wait_request as _poll_request
+
+
+def _shadow(comm) -> MPI.Intracomm:
+    """mpinb's private copy of ``comm``: its own traffic never touches the user's communicators.
+
+    Twins made by mpinb get theirs when they are made (see ``traced``); one that reached user code
+    around mpinb (``type(comm).fromhandle``, ``Idup``) makes it on first need, with a polled
+    ``Idup`` at the first collective, which every member calls in the same order.
+    """
+    shadow = comm._mpinb_shadow
+    if shadow is None:
+        copy, request = _Intracomm.Idup(comm)
+        _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
+        shadow = comm._mpinb_shadow = _Intracomm(copy)  # a plain communicator: untraced
+    return shadow
+
+
+def _exchange(comm, name: str, where, root) -> _objects_module.Exchange:
+    """The messages of one collective call on ``comm``'s shadow, under a tag of their own.
+
+    Members count their calls alike, so the k-th call has the same tag everywhere. After an
+    aborted run (a new epoch) every count starts again: the aborted call may have been counted
+    by some members only, and what it left in flight carries the old epoch's tags.
+    """
+    if comm._mpinb_epoch != _epoch:
+        comm._mpinb_epoch, comm._mpinb_calls = _epoch, 0
+    comm._mpinb_calls += 1
+    tag = 1 + (_epoch * _CALLS_PER_EPOCH + comm._mpinb_calls) % _TAG_SPAN
+    return _objects_module.Exchange(_shadow(comm), tag, _describer(comm, name, "collective", None, -1, 0,
+                                                                   where, root))
+
+
+_epoch = 0
+_CALLS_PER_EPOCH = 2**20
+_TAG_SPAN = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30) - 1
+
+
+def new_epoch() -> None:
+    """After an aborted run (every rank calls this): mpinb's traffic starts afresh everywhere."""
+    global _epoch
+    _epoch += 1
+
+
+def _agree(comm, name: str, root: int, where) -> None:
+    """Every member says which collective it is in; a mismatch raises on all of them.
+
+    Point-to-point messages, polled: a member that never comes leaves nothing pending that
+    could derail a later call. The agreement also synchronizes, so it is all a barrier needs.
+    """
+    if comm.Get_size() == 1:
+        return
+    code = _AGREED_CALLS.index(_AGREED_AS.get(name, name))
+    with _exchange(comm, name, where, root) as exchange:
+        records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+    calls = [tuple(array("i", record)) for record in records]
+    if len(set(calls)) > 1:
+        groups: dict[str, list[int]] = {}
+        members = _rec.comms.get(comm._mpinb_id) or list(range(len(calls)))
+        for r, (op, op_root) in enumerate(calls):
+            label = _AGREED_CALLS[op] + (f" (root {op_root})" if op_root >= 0 else "")
+            groups.setdefault(label, []).append(members[r])
+        said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
+        raise RuntimeError(
+            f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
+            "communicator must call the same collectives, with the same root, in the same order."
+        )
+
+
+_AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
+
+
+def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
+    """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``):
+    its result, and the bytes this rank sent and received."""
+    lock = MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra"))  # mpi4py's thread lock
+    with _exchange(comm, name, where, root) as exchange, lock:
+        result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
+    return result, exchange.sent, exchange.received
+
+
+# The key under which mpi4py locks a communicator for each lowercase collective.
+_LOCKED_AS = {name: name for name in ("bcast", "gather", "scatter", "allgather", "alltoall")}
+
+
+def _buffer_bytes(comm, args: tuple, kwargs: dict, bcast: bool, root) -> tuple[int, int]:
+    """Bytes a buffer collective sends and receives on this rank, from its buffer specs."""
+    if bcast:
+        size = _nbytes(_arg(args, kwargs, 0, "buf"))
+        return (size, 0) if comm.Get_rank() == root else (0, size)
+    return _nbytes(_arg(args, kwargs, 0, "sendbuf")), _nbytes(_arg(args, kwargs, 1, "recvbuf"))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bool):
+    base = getattr(_Intracomm, name)
+    bcast = name.lower().lstrip("i") == "bcast"
+    agreed_only = name in ("barrier", "Barrier")  # a barrier moves no data: the agreement is all
+    polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
+
+    def method(self, *args, **kwargs):
+        rec = _rec
+        root = -1 if root_at is None else _arg(args, kwargs, root_at, "root", 0)
+        where = _where()
+        start = _now()
+        sent = received = 0
+        if agreed_only:
+            # on mpinb's copy of the communicator: the user's own sequence of collectives stays
+            # the program's (MPICH matches nonblocking ones, such as Iagree, by that sequence)
+            if args or kwargs:
+                raise TypeError(f"{name}() takes no arguments")
+            _agree(self, name, root, where)
+            result = None
+        elif lowercase:
+            _agree(self, name, root, where)
+            result, sent, received = _objects(self, name, args, kwargs, where, root)
+        elif polled is not None:
+            request = polled(self, *args, **kwargs)
+            _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
+            result = None
+        else:
+            result = base(self, *args, **kwargs)
+        recording = rec.on
+        if not recording and not nonblocking:
+            return result
+        end = _now()
+        if not (lowercase or agreed_only):  # for those, the pickles' bytes were counted above
+            sent, received = _buffer_bytes(self, args, kwargs, bcast, root)
+        if nonblocking:
+            event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, _NAN, end, *where]
+            if recording:
+                rec.add(event)
+            return TracedRequest._wrap(result, event, recording)
+        rec.add((name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, end, end, *where))
+        return result
+
+    return _named(method, base)
+
+
+_ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
+                "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
+_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS)  # the same codes on every rank
+_ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
+                "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
+                "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,
+                "Reduce_scatter_block": None, "Scan": None, "Exscan": None}
+COLLECTIVES = {
+    **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
+    **{n: _collective(n, r, False, False) for n, r in _ROOTS_UPPER.items()},
+    **{"I" + n[0].lower() + n[1:]: _collective("I" + n[0].lower() + n[1:], r, False, True)
+       for n, r in _ROOTS_UPPER.items()},
+}

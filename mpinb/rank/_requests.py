@@ -1,0 +1,298 @@
+"""``TracedRequest``: ``MPI.Request`` while tracing is on. Waits are polled (interruptible, and
+described on the status channel); a completion fills in the event of the call that made it."""
+
+from __future__ import annotations
+
+import copyreg
+from time import perf_counter as _now
+
+from mpi4py import MPI
+
+from .._events import COLLECTIVE, RECV, WAIT, world_rank
+from .._protocol import WaitState, wait_state
+from ._calls import _BYTE, _converter, _first, _poll_result, _Request, _TwinClass, _where
+from ._recorder import RECORDER as _rec
+from ._waiting import wait as _poll
+from ._waiting import wait_request as _poll_request
+
+
+class _RequestMeta(_TwinClass):
+    """``isinstance(r, MPI.Request)`` stays true for every request once MPI.Request is ours."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, _Request) if cls is TracedRequest else type.__instancecheck__(cls, obj)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, _Request) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
+
+
+class TracedRequest(_Request, metaclass=_RequestMeta):
+    """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
+    be interrupted), and whose completion fills in its call's event (for a receive: the actual
+    source, tag and size). A traced call's request takes over mpi4py's (its handle and the
+    buffers mpi4py keeps for it); one that user code makes (``MPI.Request(r)``) is a plain copy."""
+
+    _what: list | None = None   # the call that made it, for the status channel
+    _event: list | None = None  # its event, until completion fills it in
+    _mpinb_plain = _Request
+    fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
+
+    @classmethod
+    def _twin_of(cls, request):
+        return TracedRequest(request)
+
+    @classmethod
+    def _wrap(cls, request, event, recorded: bool = True) -> TracedRequest:
+        twin = cls(request)
+        twin._what = event
+        twin._event = event if recorded else None
+        return twin
+
+    def _describe(self, where) -> WaitState:
+        if self._what is None:
+            return _waiting_on_nothing_known("Wait", where)
+        op, kind, comm, peer, tag = self._what[:5]
+        members = _rec.comms.get(comm)
+        world_peer = world_rank(members, peer)
+        state = wait_state(op, ("send", "recv", "collective")[min(kind, 2)], where, comm=comm, members=members,
+                           peer=world_peer if kind != COLLECTIVE and world_peer >= 0 else None,
+                           any_source=peer == MPI.ANY_SOURCE and kind == RECV, tag=tag, nbytes=self._what[5])
+        state["via"] = "wait"
+        return state
+
+    def _done(self, status) -> None:
+        event = self._event
+        if event is None:
+            return
+        self._event = None
+        event[8] = _now()
+        if event[1] == RECV:  # the status tells source, tag and size (a pickle's, for irecv)
+            event[3], event[4], event[6] = status.Get_source(), status.Get_tag(), status.Get_count(_BYTE)
+
+    # single request
+    def Wait(self, status=None):
+        mine = status if status is not None else MPI.Status()
+        start, where = _now(), _where()
+        _poll_request(self, mine, (self._describe, (where,)))
+        self._finished("Wait", start, mine, where)
+        return True
+
+    def wait(self, status=None):
+        mine = status if status is not None else MPI.Status()
+        start, where = _now(), _where()
+        _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
+        self._finished("wait", start, mine, where)
+        return value
+
+    def _finished(self, name: str, start: float, status, where) -> None:
+        if _rec.on and self._event is not None:
+            self._done(status)
+            end = _now()
+            _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
+
+    def Test(self, status=None):
+        if self._event is None or not _rec.on:
+            return _Request.Test(self, status)
+        mine = status if status is not None else MPI.Status()
+        flag = _Request.Test(self, mine)
+        if flag:
+            self._done(mine)
+        return flag
+
+    def test(self, status=None):
+        if self._event is None or not _rec.on:
+            return _Request.test(self, status)
+        mine = status if status is not None else MPI.Status()
+        flag, value = _Request.test(self, mine)
+        if flag:
+            self._done(mine)
+        return flag, value
+
+    # many requests: polled
+    @classmethod
+    def Waitall(cls, requests, statuses=None):
+        start, where = _now(), _where()
+        statuses = _statuses_for(requests, statuses)
+        _poll(lambda: _Request.Testall(requests, statuses), _many("Waitall", requests, where))
+        _done_all(requests, statuses)
+        if _rec.on:
+            _log_wait("Waitall", start, where)
+        return True
+
+    @classmethod
+    def waitall(cls, requests, statuses=None):
+        start, where = _now(), _where()
+        statuses = _statuses_for(requests, statuses)
+        _, values = _poll_result(lambda: _Request.testall(requests, statuses), _first,
+                                 _many("waitall", requests, where))
+        _done_all(requests, statuses)
+        if _rec.on:
+            _log_wait("waitall", start, where)
+        return values
+
+    @classmethod
+    def Testall(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        flag = _Request.Testall(requests, statuses)
+        if flag:
+            _done_all(requests, statuses)
+        return flag
+
+    @classmethod
+    def testall(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        flag, values = _Request.testall(requests, statuses)
+        if flag:
+            _done_all(requests, statuses)
+        return flag, values
+
+    @classmethod
+    def Waitany(cls, requests, status=None):
+        return _wait_any("Waitany", _Request.Testany, requests, status)[0]
+
+    @classmethod
+    def waitany(cls, requests, status=None):
+        index, _, value = _wait_any("waitany", _Request.testany, requests, status)
+        return index, value
+
+    @classmethod
+    def Testany(cls, requests, status=None):
+        mine = status if status is not None or not _rec.on else MPI.Status()
+        index, flag = _Request.Testany(requests, mine)
+        if flag:
+            _done_at(requests, index, mine)
+        return index, flag
+
+    @classmethod
+    def testany(cls, requests, status=None):
+        mine = status if status is not None or not _rec.on else MPI.Status()
+        index, flag, value = _Request.testany(requests, mine)
+        if flag:
+            _done_at(requests, index, mine)
+        return index, flag, value
+
+    @classmethod
+    def Waitsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices = _poll_result(lambda: _Request.Testsome(requests, statuses), _some_done,
+                               _many("Waitsome", requests, _where()))
+        _done_some(requests, indices, statuses)
+        return indices
+
+    @classmethod
+    def waitsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices, values = _poll_result(lambda: _Request.testsome(requests, statuses), _first_some_done,
+                                       _many("waitsome", requests, _where()))
+        _done_some(requests, indices, statuses)
+        return indices, values
+
+    @classmethod
+    def Testsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices = _Request.Testsome(requests, statuses)
+        _done_some(requests, indices, statuses)
+        return indices
+
+    @classmethod
+    def testsome(cls, requests, statuses=None):
+        statuses = _statuses_for(requests, statuses)
+        indices, values = _Request.testsome(requests, statuses)
+        _done_some(requests, indices, statuses)
+        return indices, values
+
+
+Request = TracedRequest  # its name, as mpi4py's (cffi and users read ``MPI.Request.__name__``)
+Request.__name__ = Request.__qualname__ = "Request"
+
+
+def _plain_request(request) -> MPI.Request:
+    """Unpickles a copy of mpi4py's own Request class (pickle cannot name that class while
+    ``MPI.Request`` is the traced one)."""
+    return _Request(request)
+
+
+def _reduce_plain_request(request):
+    reduced = request.__reduce__()
+    if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is _Request:
+        return _plain_request, reduced[1][1:]
+    return reduced
+
+
+copyreg.pickle(_Request, _reduce_plain_request)
+
+
+def _wait_any(name: str, test_any, requests, status):
+    """Poll ``test_any`` (mpi4py's ``Testany`` or ``testany``) until one request completes, and
+    record it; returns what the successful test returned. ``_where(3)``: the user's line."""
+    status = status if status is not None else MPI.Status()
+    found = _poll_result(lambda: test_any(requests, status), _second, _many(name, requests, _where(3)))
+    _done_at(requests, found[0], status)
+    return found
+
+
+def _second(value) -> bool:
+    return value[1]
+
+
+def _some_done(indices) -> bool:
+    """Testsome's answer: indices of completed requests, or None when none is active."""
+    return indices is None or bool(indices)
+
+
+def _first_some_done(value) -> bool:
+    return _some_done(value[0])
+
+
+def _waiting_on_nothing_known(name: str, where) -> WaitState:
+    return wait_state(name, "wait", where)
+
+
+def _many(name: str, requests, where):
+    """Describe a wait on several requests by the first one still pending."""
+    def describe() -> WaitState:
+        for request in requests:
+            if type(request) is TracedRequest and request._what is not None and request:
+                state = request._describe(where)
+                state["op"] = f"{name} ({state['op']})"
+                return state
+        return _waiting_on_nothing_known(name, where)
+    return describe
+
+
+def _statuses_for(requests, statuses):
+    """The caller's statuses, untouched (mpi4py extends a short list, not a tuple); when the
+    caller passes none, statuses of our own while recording, to read each completion from."""
+    if statuses is None and _rec.on:
+        return [MPI.Status() for _ in requests]
+    return statuses
+
+
+def _done_all(requests, statuses) -> None:
+    """Fill in the events of the traced requests of a completed Waitall/Testall."""
+    if _rec.on:
+        for index, request in enumerate(requests):
+            if type(request) is TracedRequest:
+                request._done(_status_at(statuses, index))
+
+
+def _status_at(statuses, index: int):
+    return statuses[index] if statuses is not None and index < len(statuses) else _UNKNOWN_STATUS
+
+
+_UNKNOWN_STATUS = MPI.Status()  # source and tag ANY, count 0: what an ignored status tells
+
+
+def _done_at(requests, index, status) -> None:
+    if _rec.on and index is not None and index >= 0 and type(requests[index]) is TracedRequest:
+        requests[index]._done(status if status is not None else _UNKNOWN_STATUS)
+
+
+def _done_some(requests, indices, statuses) -> None:
+    for k, index in enumerate(indices or []):
+        _done_at(requests, index, _status_at(statuses, k))
+
+
+def _log_wait(name: str, start: float, where) -> None:
+    end = _now()
+    _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
