@@ -20,6 +20,7 @@ import mpinb
 from mpinb.pool import find_mpiexec
 
 from .hang import ipyparallel_figures, mpinb_figures
+from .output import output_traffic
 from .render import first_paint, record_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["tracing"], help="run only these rows")
+    parser.add_argument("--only", choices=["tracing", "output"], help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
     rows = []
-    if args.only == "tracing":
-        rows = tracing_cost()
+    if args.only:
+        rows = tracing_cost() if args.only == "tracing" else output_rows()
         _report(rows, args.json)
         return 0
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("pool stop (s)", ours[1], "ipyparallel stop_cluster", peer[1], peer[1] / ours[1]))
 
     with mpinb.Pool(n) as pool:
-        view = pool._client[:]
+        view = pool._supervisor.client[:]
         ours_rt, peer_rt = round_trips(lambda: pool.run("pass"), lambda: view.execute("pass", block=True), 200)
         rows.append(("empty run round trip (ms)", ours_rt * 1e3, "view.execute('pass'), same ranks",
                      peer_rt * 1e3, peer_rt / ours_rt))
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("1-byte ping-pong latency, 2 ranks on 2 cores (us)", mine, "plain mpiexec", theirs, theirs / mine))
 
     rows += tracing_cost()
+    rows += output_rows()
     paint = first_paint(record_trace())
     rows.append(("space-time view of 100,000 calls, first paint (ms)",
                  paint["ms"], "target", 1000.0, 1000.0 / paint["ms"]))
@@ -220,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
 
     _report(rows, args.json)
     return 0
+
+
+def output_rows() -> list[tuple]:
+    """Bytes the live view sends while 4 ranks print 5,000 lines each (see bench/output.py)."""
+    figures = output_traffic()
+    return [("live output of 4 x 5,000 lines: MB sent to the browser", figures["news_bytes"] / 1e6,
+             "whole output every sync (before)", figures["whole_bytes"] / 1e6,
+             figures["whole_bytes"] / figures["news_bytes"])]
 
 
 def _report(rows: list[tuple], json_path: str | None) -> None:

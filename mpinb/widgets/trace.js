@@ -67,6 +67,121 @@ function fmtBytes(n) {
   return `${n} B`;
 }
 
+// The space-time diagram's geometry: which span of time is shown, and where things go on the canvas.
+function makeFrame(laneCount, laneH, duration) {
+  const frame = {
+    laneH, width: 0, height: AXIS + laneH * laneCount + 4, view: { t0: 0, t1: duration },
+    xOf: (t) => LEFT + ((t - frame.view.t0) / (frame.view.t1 - frame.view.t0)) * (frame.width - LEFT - RIGHT),
+    tOf: (x) => frame.view.t0 + ((x - LEFT) / (frame.width - LEFT - RIGHT)) * (frame.view.t1 - frame.view.t0),
+    yOf: (laneIndex) => AXIS + laneIndex * laneH,
+  };
+  return frame;
+}
+
+function drawLanes(g, frame, ranks) {
+  g.font = "11px sans-serif";
+  g.textBaseline = "middle";
+  ranks.forEach((r, i) => {
+    g.fillStyle = "#f6f6f6";
+    g.fillRect(LEFT, frame.yOf(i) + 1, frame.width - LEFT - RIGHT, frame.laneH - 2);
+    g.fillStyle = "#333";
+    g.fillText(`rank ${r}`, 4, frame.yOf(i) + frame.laneH / 2);
+  });
+  g.fillStyle = "#777";
+  const { t0, t1 } = frame.view;
+  for (let k = 0; k <= 4; k++) {
+    const t = t0 + (k / 4) * (t1 - t0);
+    g.fillText(fmtTime(t), Math.min(frame.xOf(t), frame.width - 50), AXIS / 2);
+  }
+}
+
+function drawCalls(g, frame, data) {
+  // Anything narrower than a pixel is merged into that pixel. Returns the boxes drawn.
+  const { ev } = data;
+  let boxes = 0;
+  data.byLane.forEach((indices, laneIndex) => {
+    const y = frame.yOf(laneIndex) + 2, h = frame.laneH - 4;
+    let lastPixel = -1;
+    for (let j = 0; j < indices.length; j++) {
+      const i = indices[j];
+      const x0 = frame.xOf(ev.start[i]), x1 = frame.xOf(ev.stop[i]);
+      if (x1 < LEFT || x0 > frame.width) continue;
+      if (x1 - x0 < 1) {
+        const pixel = Math.floor(x0);
+        if (pixel === lastPixel) continue;
+        lastPixel = pixel;
+      }
+      g.fillStyle = KIND_COLOR[ev.kind[i]] || "#999";
+      g.fillRect(x0, y, Math.max(x1 - x0, 1), h);
+      boxes++;
+    }
+  });
+  return boxes;
+}
+
+function drawCollectives(g, frame, data) {
+  // One frame across the lanes of the ranks that took part.
+  const { coll, lane } = data;
+  g.strokeStyle = "rgba(242,142,43,0.9)";
+  for (let k = 0; k < coll.low.length; k++) {
+    const x0 = frame.xOf(coll.start[k]), x1 = frame.xOf(coll.end[k]);
+    if (x1 < LEFT || x0 > frame.width || !lane.has(coll.low[k]) || !lane.has(coll.high[k])) continue;
+    const y0 = frame.yOf(lane.get(coll.low[k])) + 1, y1 = frame.yOf(lane.get(coll.high[k])) + frame.laneH - 1;
+    g.strokeRect(x0, y0, Math.max(x1 - x0, 1), y1 - y0);
+  }
+}
+
+function drawMessages(g, frame, data) {
+  // An arrow from each send to the end of its receive. Returns the arrows drawn.
+  const { msg, lane } = data;
+  let arrows = 0;
+  g.strokeStyle = "rgba(30,30,30,0.55)";
+  g.fillStyle = "rgba(30,30,30,0.7)";
+  g.lineWidth = 1;
+  for (let k = 0; k < msg.source.length; k++) {
+    const x0 = frame.xOf(msg.start[k]), x1 = frame.xOf(msg.end[k]);
+    if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
+    const y0 = frame.yOf(lane.get(msg.source[k])) + frame.laneH / 2;
+    const y1 = frame.yOf(lane.get(msg.dest[k])) + frame.laneH / 2;
+    g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
+    const angle = Math.atan2(y1 - y0, x1 - x0);
+    g.beginPath();
+    g.moveTo(x1, y1);
+    g.lineTo(x1 - 6 * Math.cos(angle - 0.4), y1 - 6 * Math.sin(angle - 0.4));
+    g.lineTo(x1 - 6 * Math.cos(angle + 0.4), y1 - 6 * Math.sin(angle + 0.4));
+    g.fill();
+    arrows++;
+  }
+  return arrows;
+}
+
+function callAt(frame, data, x, y) {
+  // The call under the cursor (index into the event columns), or -1.
+  const laneIndex = Math.floor((y - AXIS) / frame.laneH);
+  if (laneIndex < 0 || laneIndex >= data.ranks.length || x < LEFT) return -1;
+  const t = frame.tOf(x), slack = (2 / (frame.width - LEFT - RIGHT)) * (frame.view.t1 - frame.view.t0);
+  const indices = data.byLane[laneIndex], { ev } = data;
+  let lo = 0, hi = indices.length - 1, last = -1;
+  while (lo <= hi) {  // last call that started before the cursor
+    const mid = (lo + hi) >> 1;
+    if (ev.start[indices[mid]] <= t + slack) { last = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  for (let j = last; j >= 0 && j > last - 50; j--) {
+    const i = indices[j];
+    if (ev.stop[i] + slack >= t) return i;
+  }
+  return -1;
+}
+
+function callText(model, ev, i) {
+  const ops = model.get("ops"), files = model.get("files");
+  const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
+  const tag = ev.tag[i] >= 0 ? `  tag ${ev.tag[i]}` : "";
+  return `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${KIND[ev.kind[i]]})${peer}${tag}\n`
+    + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
+    + `${files[ev.file[i]]}, line ${ev.line[i]}`;
+}
+
 function timeline(model, data, box) {
   const expanded = model.get("expanded");
   const laneH = expanded ? 26 : Math.max(8, Math.min(16, Math.floor(120 / data.ranks.length)));
@@ -84,143 +199,58 @@ function timeline(model, data, box) {
   box.appendChild(legend);
 
   const duration = Math.max(model.get("duration"), 1e-9);
-  const view = { t0: 0, t1: duration };
+  const frame = makeFrame(data.ranks.length, laneH, duration);
   const dpr = window.devicePixelRatio || 1;
-  let width = 0;
-  const height = AXIS + laneH * data.ranks.length + 4;
 
   function size() {
-    width = Math.max(box.clientWidth || 800, 300);
-    canvas.width = width * dpr; canvas.height = height * dpr;
-    canvas.style.width = `${width}px`; canvas.style.height = `${height}px`;
+    frame.width = Math.max(box.clientWidth || 800, 300);
+    canvas.width = frame.width * dpr; canvas.height = frame.height * dpr;
+    canvas.style.width = `${frame.width}px`; canvas.style.height = `${frame.height}px`;
   }
-  const xOf = (t) => LEFT + ((t - view.t0) / (view.t1 - view.t0)) * (width - LEFT - RIGHT);
-  const tOf = (x) => view.t0 + ((x - LEFT) / (width - LEFT - RIGHT)) * (view.t1 - view.t0);
-  const yOf = (laneIndex) => AXIS + laneIndex * laneH;
 
   function draw() {
     const g = canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, width, height);
-    g.font = "11px sans-serif";
-    g.fillStyle = "#333";
-    g.textBaseline = "middle";
-    data.ranks.forEach((r, i) => {
-      g.fillStyle = "#f6f6f6";
-      g.fillRect(LEFT, yOf(i) + 1, width - LEFT - RIGHT, laneH - 2);
-      g.fillStyle = "#333";
-      g.fillText(`rank ${r}`, 4, yOf(i) + laneH / 2);
-    });
-    // time axis
-    g.fillStyle = "#777";
-    for (let k = 0; k <= 4; k++) {
-      const t = view.t0 + (k / 4) * (view.t1 - view.t0);
-      g.fillText(fmtTime(t), Math.min(xOf(t), width - 50), AXIS / 2);
-    }
-    // calls; anything narrower than a pixel is merged into that pixel
-    const { ev } = data;
-    let boxes = 0, arrows = 0;
+    g.clearRect(0, 0, frame.width, frame.height);
+    drawLanes(g, frame, data.ranks);
     g.save();
-    g.beginPath(); g.rect(LEFT, 0, width - LEFT - RIGHT, height); g.clip();
-    data.byLane.forEach((indices, laneIndex) => {
-      const y = yOf(laneIndex) + 2, h = laneH - 4;
-      let lastPixel = -1;
-      for (let j = 0; j < indices.length; j++) {
-        const i = indices[j];
-        const x0 = xOf(ev.start[i]), x1 = xOf(ev.stop[i]);
-        if (x1 < LEFT || x0 > width) continue;
-        if (x1 - x0 < 1) {
-          const pixel = Math.floor(x0);
-          if (pixel === lastPixel) continue;
-          lastPixel = pixel;
-        }
-        g.fillStyle = KIND_COLOR[ev.kind[i]] || "#999";
-        g.fillRect(x0, y, Math.max(x1 - x0, 1), h);
-        boxes++;
-      }
-    });
-    // collectives: one frame across the lanes of the ranks that took part
-    const { coll } = data;
-    g.strokeStyle = "rgba(242,142,43,0.9)";
-    for (let k = 0; k < coll.low.length; k++) {
-      const x0 = xOf(coll.start[k]), x1 = xOf(coll.end[k]);
-      if (x1 < LEFT || x0 > width || !data.lane.has(coll.low[k]) || !data.lane.has(coll.high[k])) continue;
-      const y0 = yOf(data.lane.get(coll.low[k])) + 1, y1 = yOf(data.lane.get(coll.high[k])) + laneH - 1;
-      g.strokeRect(x0, y0, Math.max(x1 - x0, 1), y1 - y0);
-    }
-    // messages: an arrow from each send to the end of its receive
-    const { msg } = data;
-    g.strokeStyle = "rgba(30,30,30,0.55)";
-    g.fillStyle = "rgba(30,30,30,0.7)";
-    g.lineWidth = 1;
-    for (let k = 0; k < msg.source.length; k++) {
-      const x0 = xOf(msg.start[k]), x1 = xOf(msg.end[k]);
-      if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > width) continue;
-      const y0 = yOf(data.lane.get(msg.source[k])) + laneH / 2;
-      const y1 = yOf(data.lane.get(msg.dest[k])) + laneH / 2;
-      g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
-      const angle = Math.atan2(y1 - y0, x1 - x0);
-      g.beginPath();
-      g.moveTo(x1, y1);
-      g.lineTo(x1 - 6 * Math.cos(angle - 0.4), y1 - 6 * Math.sin(angle - 0.4));
-      g.lineTo(x1 - 6 * Math.cos(angle + 0.4), y1 - 6 * Math.sin(angle + 0.4));
-      g.fill();
-      arrows++;
-    }
+    g.beginPath(); g.rect(LEFT, 0, frame.width - LEFT - RIGHT, frame.height); g.clip();
+    const boxes = drawCalls(g, frame, data);
+    drawCollectives(g, frame, data);
+    const arrows = drawMessages(g, frame, data);
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
     Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows });
   }
 
-  function hit(x, y) {
-    const laneIndex = Math.floor((y - AXIS) / laneH);
-    if (laneIndex < 0 || laneIndex >= data.ranks.length || x < LEFT) return -1;
-    const t = tOf(x), slack = (2 / (width - LEFT - RIGHT)) * (view.t1 - view.t0);
-    const indices = data.byLane[laneIndex], { ev } = data;
-    let lo = 0, hi = indices.length - 1, last = -1;
-    while (lo <= hi) {  // last call that started before the cursor
-      const mid = (lo + hi) >> 1;
-      if (ev.start[indices[mid]] <= t + slack) { last = mid; lo = mid + 1; } else hi = mid - 1;
-    }
-    for (let j = last; j >= 0 && j > last - 50; j--) {
-      const i = indices[j];
-      if (ev.stop[i] + slack >= t) return i;
-    }
-    return -1;
-  }
-
+  let dragging = null;
   canvas.addEventListener("mousemove", (event) => {
     const rect = canvas.getBoundingClientRect();
     const x = event.clientX - rect.left, y = event.clientY - rect.top;
+    const view = frame.view;
     if (dragging) {
-      const dt = ((dragging.x - x) / (width - LEFT - RIGHT)) * (view.t1 - view.t0);
+      const dt = ((dragging.x - x) / (frame.width - LEFT - RIGHT)) * (view.t1 - view.t0);
       view.t0 += dt; view.t1 += dt; dragging.x = x; draw();
       return;
     }
-    const i = hit(x, y);
+    const i = callAt(frame, data, x, y);
     if (i < 0) { tip.style.display = "none"; return; }
-    const { ev } = data;
-    const ops = model.get("ops"), files = model.get("files");
-    const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
-    const tag = ev.tag[i] >= 0 ? `  tag ${ev.tag[i]}` : "";
-    tip.textContent = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${KIND[ev.kind[i]]})${peer}${tag}\n`
-      + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
-      + `${files[ev.file[i]]}, line ${ev.line[i]}`;
+    tip.textContent = callText(model, data.ev, i);
     tip.style.display = "block";
-    tip.style.left = `${Math.min(x + 12, width - 260)}px`;
+    tip.style.left = `${Math.min(x + 12, frame.width - 260)}px`;
     tip.style.top = `${y + 12}px`;
   });
   canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; dragging = null; });
-  let dragging = null;
   canvas.addEventListener("mousedown", (event) => { dragging = { x: event.offsetX }; });
-  window.addEventListener("mouseup", () => { dragging = null; });
+  canvas.addEventListener("mouseup", () => { dragging = null; });  // leaving the canvas ends a drag too
   canvas.addEventListener("wheel", (event) => {
     event.preventDefault();
-    const t = tOf(event.offsetX), factor = event.deltaY < 0 ? 0.8 : 1.25;
+    const view = frame.view;
+    const t = frame.tOf(event.offsetX), factor = event.deltaY < 0 ? 0.8 : 1.25;
     view.t0 = t - (t - view.t0) * factor; view.t1 = t + (view.t1 - t) * factor;
     draw();
   }, { passive: false });
-  canvas.addEventListener("dblclick", () => { view.t0 = 0; view.t1 = duration; draw(); });
+  canvas.addEventListener("dblclick", () => { frame.view.t0 = 0; frame.view.t1 = duration; draw(); });
   size();
   draw();
   return () => { size(); draw(); };
