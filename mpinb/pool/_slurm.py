@@ -9,7 +9,10 @@ import re
 import subprocess
 import time
 
+from .._ranges import parse_ranks
 from ._launch import slurm_output
+
+_ANY_SIZE = 1 << 30  # srun's task lists ("0,2-3") are read as targets are, in a world this large
 
 
 def job_of(launcher) -> str | None:
@@ -40,11 +43,40 @@ def why_it_failed(launcher) -> str | None:
     return text + (f"\n\nIts output ({path}):\n{output}" if output else " It left no output.")
 
 
-def wait_until_gone(job_ids: list[str], seconds: float = 15.0) -> None:
-    """scancel returns before the job ends: wait, so that a stopped pool has no job left."""
+def job_ended(launcher) -> bool:
+    """Whether the launcher's Slurm job has left the queue (``False`` for other launchers)."""
+    job = job_of(launcher)
+    return job is not None and _state(job) == ""
+
+
+def failed_tasks(launcher, seconds: float = 5.0) -> tuple[list[int], str, str] | None:
+    """``(ranks, host, how)`` of the first task failure srun reported in the job's output
+    ("srun: error: node2: tasks 2-3: Killed"): srun reports the first failure first, then the tasks
+    it ended because of it. Waits up to ``seconds`` for srun to write it."""
+    job = job_of(launcher)
+    if job is None:
+        return None
     deadline = time.monotonic() + seconds
+    while True:
+        found = re.search(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)", _output(launcher, job)[1])
+        if found:
+            return parse_ranks(found.group(2), _ANY_SIZE), found.group(1), found.group(3).strip()
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def wait_until_gone(job_ids: list[str], seconds: float = 15.0, grace: float = 3.0) -> None:
+    """scancel returns before the job ends: wait, so that a stopped pool has no job left. A job
+    still there after ``grace`` seconds (a step whose srun no longer answers, after a host failed)
+    gets SIGKILL on every process of every step, as a user would do by hand."""
+    began = time.monotonic()
+    killed = False
     for job in job_ids:
-        while _state(job) not in ("", None) and time.monotonic() < deadline:
+        while _state(job) not in ("", None) and time.monotonic() < began + seconds:
+            if not killed and time.monotonic() > began + grace:
+                subprocess.run(["scancel", "--signal=KILL", "--full", *job_ids], capture_output=True, timeout=30)
+                killed = True
             time.sleep(0.1)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import psutil
 
 from .. import rank as _rank
 from .._protocol import DEATHWATCH_ENVIRONMENT, Hello
+from .._ranges import format_ranks
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
@@ -28,6 +28,7 @@ from ._launch import (
     ALLOCATION_LAUNCHER,
     LaunchSettings,
     allocation_srun,
+    controller_location,
     find_mpiexec,
     rank_environment,
     slurm_job_files,
@@ -52,6 +53,7 @@ class Supervisor:
         self.deaths: DeathWatch | None = None
         self._watchdog: subprocess.Popen | None = None
         self._processes: list[psutil.Process] = []
+        self._next_remote_check = 0.0
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -100,7 +102,7 @@ class Supervisor:
             # Ranks elsewhere must reach the controller: listen on every interface and tell them
             # this host's name; ipyparallel signs every message with the session key.
             cluster_kw["controller_ip"] = "*"
-            cluster_kw["controller_location"] = socket.getfqdn()
+            cluster_kw["controller_location"] = controller_location()
         if self.controller_ip:
             cluster_kw["controller_ip"] = self.controller_ip
         launcher_class = "mpi" if settings.local or settings.launcher == ALLOCATION_LAUNCHER else settings.launcher
@@ -125,7 +127,9 @@ class Supervisor:
                    else allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
         if mpiexec:
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
-            cluster.config.MPIEngineSetLauncher.mpi_args = list(settings.mpiexec_args)
+            # srun, like mpiexec, must end every task when one fails (its default lets them run on)
+            on_failure = ["--kill-on-bad-exit=1"] if settings.launcher == ALLOCATION_LAUNCHER else []
+            cluster.config.MPIEngineSetLauncher.mpi_args = [*on_failure, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
         controller = cluster.config.LocalControllerLauncher
         controller.controller_cmd = [sys.executable, os.path.join(_HERE, "_controller_main.py")]
@@ -237,10 +241,30 @@ class Supervisor:
 
     def first_dead(self) -> list[int]:
         """The ranks seen gone first (more than one when the watch could not tell them apart)."""
-        return self.deaths.first() if self.deaths is not None else []
+        if self.deaths is not None:
+            return self.deaths.first()
+        return self._remote_dead()
+
+    def _remote_dead(self) -> list[int]:
+        """Ranks on other hosts have no death watch: a rank whose heart stopped (the controller
+        unregistered it), or a batch job that ended (srun ends the job's step when a task dies).
+        Asked once a second: the job's state is a command."""
+        now = time.monotonic()
+        if now < self._next_remote_check:
+            return []
+        self._next_remote_check = now + 1.0
+        registered = set(self.client.ids)
+        gone = sorted(rank for rank, engine in self.engine_of.items() if engine not in registered)
+        if gone:
+            return gone
+        if any(_has_exited(es) or _slurm.job_ended(es) for es in self.cluster.engines.values()):
+            return sorted(self.engine_of)
+        return []
 
     def why_dead(self, dead: list[int]) -> str:
         """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
+        if self.deaths is None:
+            return self._why_remote_dead(dead)
         deadline = time.monotonic() + 3  # the launcher reports once it has cleaned up
         while time.monotonic() < deadline and not self.dead_process():
             time.sleep(0.05)
@@ -251,6 +275,19 @@ class Supervisor:
         by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
         return (f"{death_report(self.launcher_output(), by_pid, dead)} while running the cell. "
                 "MPI cannot continue without it")
+
+    def _why_remote_dead(self, dead: list[int]) -> str:
+        for engine_set in self.cluster.engines.values():
+            failure = _slurm.failed_tasks(engine_set)
+            if failure is not None:
+                ranks, host, how = failure
+                return (f"{format_ranks(ranks, word=True)} on {host} died ({how}) while running the cell. "
+                        "MPI cannot continue without them")
+        hosts = sorted({self.ranks_info[rank]["host"] for rank in dead if rank in self.ranks_info})
+        where = f" on {', '.join(hosts)}" if hosts else ""
+        who = format_ranks(dead, word=True) if len(dead) < len(self.engine_of) else "the ranks"
+        return (f"{who}{where} stopped answering while running the cell (their processes ended, or their "
+                "host or its network failed). MPI cannot continue without them")
 
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT to the ranks: directly when local, through the engines' nannies elsewhere."""

@@ -10,6 +10,7 @@ and read it only once it holds complete JSON (the controller does not write it a
 """
 
 import json
+import os
 import sys
 import time
 
@@ -42,5 +43,37 @@ def _written(path: str) -> bool:
 
 IPEngine.init_engine = _init_engine_briskly
 
+
+def _stop_now(self: IPEngine, signum: int, frame: object) -> None:
+    """SIGTERM ends the rank at once. ipyparallel's own handler stops the event loop and lets a
+    running cell go on (a batch system's SIGTERM after another task died then waits for its kill
+    timeout, keeping the nodes busy); the pool that sends it stops every rank anyway."""
+    _exit(128 + signum)
+
+
+IPEngine._signal_stop = _stop_now
+
+
+def _exit(code: object) -> None:
+    """End the process once the engine has stopped, without MPI_Finalize: the pool stops every rank
+    at once, and after a rank died (a host failed) MPI_Finalize waits for it forever, which kept
+    the others alive until the batch system's kill timeout and their nodes busy."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    outcome: object = 1
+    try:
+        outcome = main()
+    except SystemExit as stop:
+        outcome = stop.code
+    except RuntimeError as err:  # a signal stopped the engine's event loop (the pool stops, srun ends a step)
+        if "Event loop stopped" not in str(err):
+            raise
+    finally:
+        _exit(outcome)

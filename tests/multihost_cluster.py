@@ -1,0 +1,162 @@
+"""A Slurm cluster of several hosts inside this machine: Linux network namespaces as hosts.
+
+Each host is a network namespace (its own address on a bridge that only the test makes) whose
+processes also get a host name of their own (a UTS namespace) and a private ``/etc/hosts`` (a mount
+namespace), and runs its own ``slurmd``; ``slurmctld`` and the notebook side stay in this
+namespace, reaching the hosts through the bridge. The file system is shared, as compute nodes share
+a home directory. Everything is removed afterwards, also when the test fails: daemons, every process
+left in a namespace, the namespaces, the bridge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psutil
+from slurm_cluster import _free_port, _wait_for_steps_to_end, jobs
+
+
+@dataclass
+class Host:
+    name: str  # its host name, and its Slurm node name
+    namespace: str
+    address: str
+
+
+def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    command = ["ip", "netns", "exec", namespace, "ip", *args] if namespace else ["ip", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=check, timeout=30)
+
+
+@contextlib.contextmanager
+def namespace_hosts(count: int, folder: str) -> Iterator[tuple[str, list[Host]]]:
+    """``count`` hosts on a private bridge; yields (this side's address on the bridge, hosts)."""
+    tag = f"mh{os.getpid() % 100000}"
+    subnet = f"10.{random.randint(200, 250)}.{random.randint(1, 250)}"
+    bridge = f"{tag}br"
+    hosts = [Host(f"node{i}", f"{tag}-node{i}", f"{subnet}.{10 + i}") for i in range(1, count + 1)]
+    here = f"{subnet}.1"
+    try:
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("addr", "add", f"{here}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        for i, host in enumerate(hosts, 1):
+            outside, inside = f"{tag}o{i}", f"{tag}i{i}"
+            subprocess.run(["ip", "netns", "add", host.namespace], check=True, timeout=30)
+            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            _ip("link", "set", inside, "netns", host.namespace)
+            _ip("link", "set", outside, "master", bridge)
+            _ip("link", "set", outside, "up")
+            _ip("link", "set", "lo", "up", namespace=host.namespace)
+            _ip("addr", "add", f"{host.address}/24", "dev", inside, namespace=host.namespace)
+            _ip("link", "set", inside, "up", namespace=host.namespace)
+        with open(os.path.join(folder, "hosts"), "w") as handle:
+            handle.write(f"127.0.0.1 localhost\n{here} {socket.gethostname()}\n")
+            handle.writelines(f"{host.address} {host.name}\n" for host in hosts)
+        yield here, hosts
+    finally:
+        for host in hosts:
+            _kill_namespace(host.namespace)
+            subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
+        _ip("link", "del", bridge, check=False)
+
+
+def _kill_namespace(namespace: str) -> None:
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
+    procs = []
+    for pid in listed.stdout.split():
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(int(pid)))
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=5)
+
+
+def on_host(host: Host, folder: str, command: list[str]) -> list[str]:
+    """``command`` as a process of ``host``: its network, its host name, its /etc/hosts."""
+    # `ip netns exec` mounts a fresh /sys, without the cgroup file systems that slurmd looks for:
+    # an empty tmpfs there lets it mount what it needs (CgroupAutomount), in this mount namespace.
+    script = (f"mount --bind {folder}/hosts /etc/hosts && mount -t tmpfs cgroup_root /sys/fs/cgroup && "
+              f"hostname {host.name} && exec \"$@\"")
+    return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
+            "sh", "-c", script, "sh", *command]
+
+
+def _config(folder: str, here: str, hosts: list[Host]) -> str:
+    probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    hardware = " ".join(field for field in probe.split() if not field.startswith(("NodeName=", "UpTime=")))
+    lines = [
+        "ClusterName=mpinb-multihost",
+        f"FirstJobId={random.randint(1000, 10**7)}",
+        f"SlurmctldHost={socket.gethostname()}({here})",
+        "AuthType=auth/none", "CredType=cred/none",
+        "SlurmUser=root", "SlurmdUser=root",
+        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool-%n",
+        f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd-%n.pid",
+        f"SlurmctldLogFile={folder}/slurmctld.log", f"SlurmdLogFile={folder}/slurmd-%n.log",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "MpiDefault=pmi2", "ReturnToService=2", "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+        *(f"NodeName={host.name} NodeAddr={host.address} NodeHostname={host.name} {hardware}" for host in hosts),
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE",
+    ]
+    os.makedirs(f"{folder}/state")
+    for host in hosts:
+        os.makedirs(f"{folder}/spool-{host.name}")
+    path = os.path.join(folder, "slurm.conf")
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    with open(os.path.join(folder, "cgroup.conf"), "w") as handle:
+        handle.write("CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\n")
+    return path
+
+
+@contextlib.contextmanager
+def multihost_slurm(folder: str, count: int = 2) -> Iterator[tuple[dict[str, str], str, list[Host]]]:
+    """Yield (``SLURM_CONF`` environment, this side's address, hosts) of a running cluster."""
+    with namespace_hosts(count, folder) as (here, hosts):
+        conf = _config(folder, here, hosts)
+        env = {**os.environ, "SLURM_CONF": conf}
+        daemons = [subprocess.Popen(["slurmctld", "-D", "-i", "-f", conf], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT)]
+        daemons += [subprocess.Popen(on_host(host, folder, ["slurmd", "-D", "-N", host.name, "-f", conf]), env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) for host in hosts]
+        try:
+            deadline = time.monotonic() + 45
+            while True:
+                states = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=env, capture_output=True,
+                                        text=True).stdout.split("\n")
+                if all(line.split()[1:] == ["idle"] for line in states if line.strip()) and len(
+                        [line for line in states if line.strip()]) == count:
+                    break
+                if time.monotonic() > deadline:
+                    logs = "".join(open(os.path.join(folder, name)).read()[-1500:] for name in os.listdir(folder)
+                                   if name.endswith(".log"))
+                    raise RuntimeError(f"the hosts did not become idle (sinfo: {states!r})\n{logs}")
+                time.sleep(0.3)
+            yield {"SLURM_CONF": conf}, here, hosts
+        finally:
+            subprocess.run(["scancel", "--full", "--user", "root"], env=env, capture_output=True, timeout=30)
+            deadline = time.monotonic() + 15
+            while jobs({"SLURM_CONF": conf}) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for daemon in daemons:
+                daemon.terminate()
+            for daemon in daemons:
+                try:
+                    daemon.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                    daemon.wait(timeout=5)
+            _wait_for_steps_to_end({"SLURM_CONF": conf}, seconds=0)

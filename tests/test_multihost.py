@@ -1,0 +1,137 @@
+"""A pool across hosts: a Slurm cluster of two hosts made of network namespaces (see
+multihost_cluster.py), started from the notebook side with `%mpi start --launcher slurm`.
+
+Ranks 0-1 run on node1 and ranks 2-3 on node2; the controller is on this side of a bridge that only
+the test makes. Nothing outside this machine is contacted, and everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+from multihost_cluster import multihost_slurm
+from slurm_cluster import jobs
+
+import mpinb
+from mpinb.notebook import _session as session
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("unshare"),
+    reason="needs root (network namespaces), slurm-wlm and unshare: `make test` runs as root and installs slurm-wlm")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with multihost_slurm(str(tmp_path_factory.mktemp("multihost")), count=2) as (env, here, hosts):
+        saved = os.environ.get("SLURM_CONF")
+        os.environ.update(env)  # every client of the cluster needs SLURM_CONF
+        try:
+            yield env, hosts
+        finally:
+            if saved is None:
+                del os.environ["SLURM_CONF"]
+            else:
+                os.environ["SLURM_CONF"] = saved
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(host.namespace in listed for host in hosts), "the test's namespaces are gone"
+
+
+@pytest.fixture(scope="module")
+def pool(cluster):
+    """A 4-rank pool started as a notebook user would, through the magic."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "mpinb")
+    previous = session.current_pool()
+    session.use_pool(None)
+    try:
+        shell.run_line_magic("mpi", "start -n 4 --launcher slurm --time 0:10:00")
+        yield session.current_pool()
+    finally:
+        session.stop_pool()
+        session.use_pool(previous)
+    env, hosts = cluster
+    assert jobs(env) == [], "stopping the pool ends its job"
+    for host in hosts:
+        listed = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True).stdout
+        names = sorted(psutil.Process(int(pid)).name() for pid in listed.split() if psutil.pid_exists(int(pid)))
+        assert names == ["slurmd"], f"only the host's slurmd is left on {host.name}: {names}"
+
+
+HOSTS = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+
+
+@pytest.mark.timeout(240)
+def test_ranks_on_two_hosts_form_one_world(pool):
+    result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(rank + 1))")
+    assert result.value == {r: (host, 10) for r, host in HOSTS.items()}
+    assert {row["rank"]: row["host"] for row in pool.status()} == HOSTS
+    security = os.path.join(pool._supervisor.cluster.profile_dir, "security")
+    assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
+    keys = [name for name in os.listdir(security)
+            if name.startswith(f"ipcontroller-{pool._supervisor.cluster.cluster_id}")]
+    assert keys
+    for name in keys:
+        assert stat.S_IMODE(os.stat(os.path.join(security, name)).st_mode) & 0o077 == 0
+        with open(os.path.join(security, name)) as handle:
+            connection = json.load(handle)
+        assert connection["key"] and connection["signature_scheme"].startswith("hmac-"), "messages are signed"
+
+
+@pytest.mark.timeout(120)
+def test_no_message_arrives_before_it_was_sent_across_hosts(pool):
+    trace = pool.run("import numpy as np\nfor _ in range(20):\n"
+                     "    comm.Sendrecv(np.zeros(1000), dest=(rank + 1) % size, recvbuf=np.zeros(1000),\n"
+                     "                  source=(rank - 1) % size)\n").trace
+    messages = trace.messages()
+    assert len(messages) == 80
+    across = [m for m in messages if HOSTS[m["source"]] != HOSTS[m["dest"]]]
+    assert len(across) == 40, "half the ring crosses between the hosts"
+    assert all(m["recv_end"] >= m["send_start"] for m in messages), "the ranks' clocks are aligned"
+
+
+@pytest.mark.timeout(120)
+def test_a_deadlock_across_hosts_is_diagnosed_and_the_pool_goes_on(pool):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool.run("comm.send([rank] * 500_000, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)",
+                 timeout=4)
+    assert info.value.diagnosis.cycle == [0, 1, 2, 3]
+    assert "rank 1: send to rank 2" in str(info.value)
+    assert pool.run("comm.allreduce(1)").value == {r: 4 for r in HOSTS}
+
+
+@pytest.mark.timeout(240)
+def test_a_host_failing_mid_cell_is_named_and_the_pool_restarts(pool, cluster):
+    _, hosts = cluster
+    pool.run("before_failure = 1")
+
+    def fail_node2() -> None:
+        time.sleep(2)
+        listed = subprocess.run(["ip", "netns", "pids", hosts[1].namespace], capture_output=True, text=True)
+        for pid in listed.stdout.split():
+            try:
+                proc = psutil.Process(int(pid))
+                if any("_engine_main.py" in part for part in proc.cmdline()):
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+    killer = threading.Thread(target=fail_node2)
+    killer.start()
+    began = time.monotonic()
+    with pytest.raises(mpinb.RankDiedError, match=r"ranks 2-3 on node2 died \(Killed\) while running the cell") as info:
+        pool.run("import time\nfor _ in range(60):\n    time.sleep(0.5)\ncomm.allreduce(1)", timeout=90)
+    killer.join()
+    assert "the pool was restarted with 4 fresh ranks" in str(info.value)
+    assert time.monotonic() - began < 90
+    result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(1), 'before_failure' in globals())")
+    assert result.value == {r: (host, 4, False) for r, host in HOSTS.items()}
