@@ -316,6 +316,14 @@ class Supervisor:
         if self.deaths is not None:
             self.deaths.close()
             self.deaths = None
+        if self.settings.local:
+            # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
+            # not: Open MPI's forwards the launcher's SIGINT and leaves the ranks to their fate.
+            for info in self.ranks_info.values():
+                try:
+                    os.kill(info["pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         self.engine_of.clear()
         self.ranks_info.clear()
         tree = []
@@ -328,13 +336,13 @@ class Supervisor:
             client.close()
         if cluster is not None:
             _stop_cluster(cluster)
-        _, alive = psutil.wait_procs(tree, timeout=1.0)
+        alive = _still_running(tree, timeout=1.0)
         for proc in alive:
             try:
                 proc.kill()
             except psutil.Error:
                 pass
-        psutil.wait_procs(alive, timeout=1.0)
+        _still_running(alive, timeout=1.0)
         self._processes.clear()
         self._release_watchdog()
 
@@ -352,6 +360,23 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self._watchdog.kill()
         self._watchdog = None
+
+
+def _still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` for ``procs`` to end; those still running. A zombie has ended: only
+    its parent can reap it (Open MPI's daemon leaves its ranks so when it is stopped first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for proc in procs:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
 
 
 def _stop_cluster(cluster: Any) -> None:
