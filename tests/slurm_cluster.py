@@ -14,6 +14,21 @@ import time
 import psutil
 
 
+def open_mpi_without_pmix() -> str | None:
+    """Why Slurm pools cannot run on this environment's MPI here, if they cannot: Open MPI starts
+    under srun through PMIx, and Debian's slurm-wlm here has no PMIx library (its mpi/pmix plugin
+    fails to load). The error users get says so (see the Supervisor's world-size check)."""
+    from mpinb.pool import find_mpiexec
+    from mpinb.pool._launch import mpi_family
+
+    if mpi_family(find_mpiexec()) != "Open MPI":
+        return None
+    plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True).stdout
+    if "pmix" in plugins and os.path.exists("/usr/lib/x86_64-linux-gnu/libpmix.so.2"):
+        return None
+    return "Open MPI needs Slurm's PMIx, and this slurm-wlm has no PMIx library: Slurm pools run on MPICH here"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -18,14 +18,17 @@ import time
 import psutil
 import pytest
 from multihost_cluster import multihost_slurm
-from slurm_cluster import jobs
+from slurm_cluster import jobs, open_mpi_without_pmix
 
 import mpinb
 from mpinb.notebook import _session as session
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("unshare"),
-    reason="needs root (network namespaces), slurm-wlm and unshare: `make test` runs as root and installs slurm-wlm")
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("unshare"),
+        reason="needs root (network namespaces), slurm-wlm and unshare: `make test` runs as root and installs it"),
+    pytest.mark.skipif(bool(open_mpi_without_pmix()), reason=open_mpi_without_pmix() or ""),
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +50,9 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pool(cluster):
     """A 4-rank pool started as a notebook user would, through the magic."""
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing.globalipapp import get_ipython
 
-    shell = start_ipython()
+    shell = get_ipython()  # the test session's one shell (made here if no other test made it)
     shell.run_line_magic("load_ext", "mpinb")
     previous = session.current_pool()
     session.use_pool(None)

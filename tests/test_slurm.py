@@ -10,9 +10,11 @@ import time
 
 import pytest
 from conftest import wait_until_gone
-from slurm_cluster import jobs, single_node_slurm
+from slurm_cluster import jobs, open_mpi_without_pmix, single_node_slurm
 
 import mpinb
+
+pytestmark = pytest.mark.skipif(bool(open_mpi_without_pmix()), reason=open_mpi_without_pmix() or "")
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from ._launch import (
     allocation_srun,
     controller_location,
     find_mpiexec,
+    mpi_family_in,
     rank_environment,
     slurm_job_files,
 )
@@ -165,10 +166,12 @@ class Supervisor:
                 why = info["failure"] or "see its log below."
                 raise PoolStartError(f"rank {info['rank']} did not initialise: {why}")
             if info["size"] != n:
+                interface = "pmix" if mpi_family_in(info["mpi"]) == "Open MPI" else "pmi2"
                 raise PoolStartError(
                     f"the ranks are not one MPI world: engine {engine_id} has a world of size "
-                    f"{info['size']}, expected {n}. The launcher started separate "
-                    "processes instead of one MPI job (for Slurm, use srun --mpi=pmi2)."
+                    f"{info['size']}, expected {n}. The launcher started separate processes instead of "
+                    f"one MPI job: under Slurm, {info['mpi'].split(',')[0]} needs srun --mpi={interface} "
+                    f"(SLURM_MPI_TYPE={interface}), which this Slurm must support (srun --mpi=list)."
                 )
             self.engine_of[info["rank"]] = engine_id
             self.ranks_info[info["rank"]] = info
