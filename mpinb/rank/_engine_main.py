@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]  # `import debugpy` fails fast: no debugger
 
@@ -74,6 +75,8 @@ if __name__ == "__main__":
         outcome = stop.code
     except RuntimeError as err:  # a signal stopped the engine's event loop (the pool stops, srun ends a step)
         if "Event loop stopped" not in str(err):
-            raise
+            traceback.print_exc()
+    except BaseException:  # noqa: BLE001 - the rank's log shows it; _exit below ends the process
+        traceback.print_exc()
     finally:
         _exit(outcome)
