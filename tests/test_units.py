@@ -236,6 +236,18 @@ def test_a_send_without_its_receive_stays_unmatched():
     assert trace.messages() == [] and list(trace.events["msg"]) == [-1]
 
 
+def test_a_clock_estimate_that_erred_never_draws_a_message_arriving_before_it_left():
+    # Rank 1's offset was estimated 50 us too early: its receive seems to end before rank 0 sent.
+    trace = _trace({0: [_event("Send", SEND, 1, 0, 1.000100, 1.000110), _event("Recv", RECV, 1, 1, 2.0, 2.1)],
+                    1: [_event("Recv", RECV, 0, 0, 0.999000, 1.000050), _event("Send", SEND, 0, 1, 1.9, 1.95)]})
+    messages = {m["tag"]: m for m in trace.messages()}
+    assert messages[0]["recv_end"] == pytest.approx(messages[0]["send_start"]), "rank 1 moved by the least delay"
+    assert all(m["recv_end"] >= m["send_start"] for m in messages.values())
+    assert trace.span[0] == (0.0, 10.0) and trace.span[1][0] == pytest.approx(0.00005)
+    agreeing = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.1)], 1: [_event("Recv", RECV, 0, 0, 0.9, 1.2)]})
+    assert agreeing.events["start"].tolist() == [0.9, 1.0], "clocks that agree are left alone"
+
+
 def test_busy_until_one_rule_for_every_view():
     trace = _trace({0: [_event("Isend", SEND, 1, 0, 1.0, 5.0, returned=1.1), _event("Wait", WAIT, -1, -1, 4.0, 5.0,
                                                                                       returned=5.2),

@@ -44,6 +44,16 @@ class Trace:
         events = np.array(rows, dtype=DTYPE) if rows else np.zeros(0, dtype=DTYPE)
         events = events[np.argsort(events["start"], kind="stable")]
         events["msg"] = match_messages(events)
+        late = causal_delays(events)
+        if late:  # the offsets' estimate erred by more than a message's flight: keep causality
+            for rank, delay in late.items():
+                mine = events["rank"] == rank
+                for column in ("start", "end", "returned"):
+                    events[column][mine] += delay
+                began, ended = self.span[rank]
+                self.span[rank] = (began + delay, ended + delay)
+            events = events[np.argsort(events["start"], kind="stable")]
+            events["msg"] = match_messages(events)
         self.events = events
 
     def _row(self, rank: int, event, shift: float) -> tuple:
@@ -156,6 +166,42 @@ class Trace:
             with open(path, "w") as handle:
                 json.dump(document, handle)
         return document
+
+
+def causal_delays(events: np.ndarray) -> dict[int, float]:
+    """Per rank, the least delay of its clock such that no message arrives before it was sent.
+
+    Each rank's clock is put on rank 0's by an estimated offset (ping-pongs at start-up); the
+    estimate can err by more than a short message takes, which would draw a message arriving
+    before it left. Every matched message asks ``delay[dest] - delay[source] >= send_start -
+    recv_end``: the least delays solve these difference constraints as longest paths (Bellman-Ford;
+    around any cycle of messages the offsets cancel, so there is no positive cycle). Ranks whose
+    messages already agree keep their clock.
+    """
+    halves: dict[int, dict[str, tuple[int, float]]] = {}
+    for i in np.nonzero(events["msg"] >= 0)[0]:
+        event = events[i]
+        if event["kind"] == SEND:
+            halves.setdefault(int(event["msg"]), {})["send"] = (int(event["rank"]), float(event["start"]))
+        else:
+            halves.setdefault(int(event["msg"]), {})["recv"] = (int(event["rank"]), float(event["end"]))
+    needs: dict[tuple[int, int], float] = {}
+    for pair in halves.values():
+        (source, sent), (dest, arrived) = pair["send"], pair["recv"]
+        if source != dest:
+            key = (source, dest)
+            needs[key] = max(needs.get(key, -np.inf), sent - arrived)
+    delay: dict[int, float] = {}
+    for _ in range(len({rank for pair in needs for rank in pair}) + 1):
+        changed = False
+        for (source, dest), need in needs.items():
+            wanted = delay.get(source, 0.0) + need
+            if wanted > delay.get(dest, 0.0) + 1e-12:
+                delay[dest] = wanted
+                changed = True
+        if not changed:
+            break
+    return {rank: value for rank, value in delay.items() if value > 0}
 
 
 def busy_until(events: np.ndarray) -> np.ndarray:
