@@ -178,21 +178,23 @@ def causal_delays(events: np.ndarray) -> dict[int, float]:
     around any cycle of messages the offsets cancel, so there is no positive cycle). Ranks whose
     messages already agree keep their clock.
     """
-    halves: dict[int, dict[str, tuple[int, float]]] = {}
-    for i in np.nonzero(events["msg"] >= 0)[0]:
-        event = events[i]
-        if event["kind"] == SEND:
-            halves.setdefault(int(event["msg"]), {})["send"] = (int(event["rank"]), float(event["start"]))
-        else:
-            halves.setdefault(int(event["msg"]), {})["recv"] = (int(event["rank"]), float(event["end"]))
-    needs: dict[tuple[int, int], float] = {}
-    for pair in halves.values():
-        (source, sent), (dest, arrived) = pair["send"], pair["recv"]
-        if source != dest:
-            key = (source, dest)
-            needs[key] = max(needs.get(key, -np.inf), sent - arrived)
+    sends = events[(events["kind"] == SEND) & (events["msg"] >= 0)]
+    recvs = events[(events["kind"] == RECV) & (events["msg"] >= 0)]
+    sends, recvs = sends[np.argsort(sends["msg"])], recvs[np.argsort(recvs["msg"])]  # ids pair them
+    late = sends["start"] - recvs["end"]
+    across = sends["rank"] != recvs["rank"]
+    pair = sends["rank"][across].astype(np.int64) << 32 | recvs["rank"][across].astype(np.int64)
+    late = late[across]
+    if not len(pair):
+        return {}
+    order = np.lexsort((late, pair))  # by pair, the latest last: the one constraint that binds
+    last = np.r_[pair[order][1:] != pair[order][:-1], True]
+    needs = {(int(key >> 32), int(key & 0xFFFFFFFF)): float(need)
+             for key, need in zip(pair[order][last], late[order][last])}
+    if not any(need > 0 for need in needs.values()):
+        return {}  # every message already arrives after it left: nothing moves
     delay: dict[int, float] = {}
-    for _ in range(len({rank for pair in needs for rank in pair}) + 1):
+    for _ in range(len({rank for ends in needs for rank in ends}) + 1):
         changed = False
         for (source, dest), need in needs.items():
             wanted = delay.get(source, 0.0) + need
