@@ -10,9 +10,11 @@ VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# What `make test` also runs on Open MPI: the pool, magics, scripts, hangs, deaths, traces, kernel.
+# What `make test` also runs on Open MPI: the pool, magics, scripts, hangs, deaths, traces, kernel,
+# and a pool across hosts started by mpiexec.
 CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tests/test_magics.py \
-	tests/test_run_file.py tests/test_hang.py tests/test_trace.py tests/test_kernel.py
+	tests/test_run_file.py tests/test_hang.py tests/test_trace.py tests/test_kernel.py \
+	tests/test_multihost_mpiexec.py
 
 .PHONY: install lab test test-core lint bench system clean
 

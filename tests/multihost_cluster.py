@@ -16,6 +16,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,6 +90,38 @@ def on_host(host: Host, folder: str, command: list[str]) -> list[str]:
               f"hostname {host.name} && exec \"$@\"")
     return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
             "sh", "-c", script, "sh", *command]
+
+
+def launch_agent(folder: str, hosts: list[Host]) -> str:
+    """A stand-in for ``ssh`` that mpiexec uses to start its daemons on the hosts (MPICH:
+    ``-launcher ssh -launcher-exec AGENT``; Open MPI: ``--prtemca plm_ssh_agent AGENT``): called as
+    ``AGENT [ssh options] HOST COMMAND...``, it runs the command as a process of that host."""
+    table = {key: (host.name, host.namespace, host.address) for host in hosts for key in (host.name, host.address)}
+    path = os.path.join(folder, "ssh-agent.py")
+    with open(path, "w") as handle:
+        handle.write(f"""#!{sys.executable}
+import os, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from multihost_cluster import Host, on_host
+args = sys.argv[1:]
+while args and args[0].startswith("-"):  # ssh's options, such as -x (no X11)
+    args = args[1:]
+host = Host(*{table!r}[args[0]])
+command = on_host(host, {folder!r}, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
+# a login's environment, as ssh gives: nothing of mpiexec's
+os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}})
+""")
+    os.chmod(path, 0o755)
+    return path
+
+
+def agent_arguments(mpiexec: str, agent: str) -> list[str]:
+    """mpiexec arguments that make it start its daemons on other hosts through ``agent``."""
+    from mpinb.pool._launch import mpi_family
+
+    if mpi_family(mpiexec) == "Open MPI":
+        return ["--prtemca", "plm_ssh_agent", agent]
+    return ["-launcher", "ssh", "-launcher-exec", agent]
 
 
 def _config(folder: str, here: str, hosts: list[Host]) -> str:

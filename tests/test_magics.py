@@ -139,6 +139,7 @@ def test_cell_usage_errors(ip, line, message):
         ("run missing_script.py", "no script at"),
         ("status now", "takes no arguments"),
         ("start -n 2", "already running"),
+        ("restart --start-timeout 0", "must be more than 0 seconds"),
     ],
 )
 def test_line_usage_errors(ip, line, message):

@@ -6,6 +6,7 @@ The integration tests run the same rules end to end; these say which rule broke,
 from __future__ import annotations
 
 import io
+import socket
 import sys
 
 import numpy as np
@@ -17,6 +18,7 @@ from mpinb._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_t
 from mpinb._values import ReprOnly, pack, unpack
 from mpinb.pool import RankFailure, RunResult
 from mpinb.pool._hang import HangWatch, _find_cycle, death_report, describe_wait, diagnose
+from mpinb.pool._launch import other_hosts
 from mpinb.rank._output import capped_output
 from mpinb.trace import Trace
 from mpinb.trace._trace import busy_until
@@ -187,6 +189,7 @@ def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_
     ("   PID 1001 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died: its process exited with code 3"),
     ("   PID 1001 RUNNING AT host\n   EXIT CODE: 139", [1], "rank 1 died: killed by signal 11 (SIGSEGV (a crash))"),
     ("", [0, 1], "one of ranks 0-1 died (its process ended)"),
+    ("   PID 1002 RUNNING AT host\n   EXIT CODE: 9", [0, 1, 2], "rank 2 died: its process exited with code 9"),
     ("   PID 1002 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died (its process ended)"),  # about another
     # Open MPI 5.0.11's words, as prterun prints them
     ("prterun noticed that process rank 3 with PID 1003 on node vm exited on\nsignal 6 (Aborted).", [],
@@ -201,6 +204,28 @@ def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_
 def test_death_reports_name_the_rank_and_how(output, dead, expected):
     pids = {1000: 0, 1001: 1, 1002: 2, 1003: 3}
     assert death_report(output, pids, dead) == expected
+
+
+def test_death_reports_name_the_host_of_ranks_on_several_hosts():
+    pids, hosts = {1000: 0, 1001: 1}, {0: "node1", 1: "node2"}
+    assert death_report("   PID 1001 RUNNING AT node2\n   KILLED BY SIGNAL: 9", pids, [0, 1], hosts) == (
+        "rank 1 on node2 died: killed by signal 9 (SIGKILL (out of memory, or kill -9))")
+    assert death_report("", pids, [1], hosts) == "rank 1 on node2 died (its process ended)"
+
+
+# -- hosts -----------------------------------------------------------------------------------------
+
+def test_the_hosts_that_mpiexec_arguments_name_besides_this_one(tmp_path):
+    here = socket.gethostname()
+    assert other_hosts([]) == [] and other_hosts(["-genv", "A=B", "-n", "2"]) == []
+    assert other_hosts(["-hosts", f"node2,{here},localhost,node1"]) == ["node1", "node2"]
+    assert other_hosts(["--host=a:2,b:2", "--map-by", "slot"]) == ["a", "b"]
+    assert other_hosts(["-H", "127.0.0.1:4"]) == [], "an address of this machine"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"# the nodes\n{here} slots=2\nnode3 slots=2  # Open MPI's spelling\nnode4:2\n\n")
+    assert other_hosts(["-f", str(hostfile)]) == ["node3", "node4"]
+    assert other_hosts(["--hostfile", str(tmp_path / "missing")]) == [str(tmp_path / "missing")], (
+        "what cannot be read may name other hosts")
 
 
 # -- traces ----------------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ def _start_parser(name: str) -> _Parser:
     parser.add_argument("--mpiexec", help="path of the mpiexec to use")
     parser.add_argument("--hosts", metavar="H1,H2", help="hosts for mpiexec (MPICH -hosts, Open MPI --host)")
     parser.add_argument("--hostfile", metavar="FILE", help="hostfile for mpiexec (MPICH -f, Open MPI --hostfile)")
+    parser.add_argument("--start-timeout", type=_positive_float, metavar="S",
+                        help="give up if the ranks are not all up after S seconds (default 60)")
     batch = parser.add_argument_group("batch systems (--launcher slurm, pbs, ...)")
     batch.add_argument("--partition", help="partition (queue) to submit to")
     batch.add_argument("--time", help="time limit, e.g. 1:00:00")
@@ -102,7 +104,8 @@ def _run_parser() -> _Parser:
 
 
 LINE_USAGE = """\
-%mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--partition P --time T --account A] [-- mpiexec args]
+%mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--start-timeout S]
+           [--partition P --time T --account A] [-- mpiexec args]
                                                         start the pool
 %mpi stop | restart [-n N] | status                     manage it
 %mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
@@ -165,6 +168,8 @@ class MPIMagics(Magics):
                                              **launch) if given or word == "start" else {}
         except (ValueError, PoolStartError) as err:
             raise UsageError(str(err)) from None
+        if args.start_timeout is not None:
+            options["start_timeout"] = args.start_timeout
         if word == "start":
             session.start_pool(args.n, **options)
         else:

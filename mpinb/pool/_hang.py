@@ -191,11 +191,13 @@ _SIGNALS = {"6": "SIGABRT", "9": "SIGKILL (out of memory, or kill -9)", "11": "S
             "15": "SIGTERM", "7": "SIGBUS"}
 
 
-def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int]) -> str:
+def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int],
+                 host_of: dict[int, str] | None = None) -> str:
     """``"rank 2 died: killed by signal 9 (SIGKILL ...)"``, from what was seen and MPI's report.
 
     ``dead`` are the ranks seen gone first; the launcher's report (MPICH's "BAD TERMINATION",
-    Open MPI's "exited on signal" or "Exit code") adds how, when it is about one of them.
+    Open MPI's "exited on signal" or "Exit code") adds how, and which one, when it is about one of
+    them. ``host_of`` names the ranks' hosts (for ranks on several hosts).
     """
     who = format_ranks(dead, word=True) if dead else "a rank"
     if len(dead) > 1:
@@ -203,9 +205,12 @@ def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int]) -> s
     reported_rank, how = launcher_report(output, rank_of_pid)
     if reported_rank is None or (dead and reported_rank not in dead):
         how = ""
-    elif not dead:
+    else:
         who = f"rank {reported_rank}"
-    return f"{who} died" + (f": {how}" if how else " (its process ended)")
+        dead = [reported_rank]
+    hosts = sorted({host_of[rank] for rank in dead if rank in host_of}) if host_of else []
+    where = f" on {', '.join(hosts)}" if hosts else ""
+    return f"{who}{where} died" + (f": {how}" if how else " (its process ended)")
 
 
 def launcher_report(output: str, rank_of_pid: dict[int, int]) -> tuple[int | None, str]:

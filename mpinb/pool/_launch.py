@@ -48,11 +48,18 @@ class LaunchSettings:
 
     @property
     def local(self) -> bool:
+        """Whether mpiexec starts the ranks from here (on this host or, given hosts, on others)."""
         return self.launcher in LOCAL_LAUNCHERS
 
     @property
+    def on_this_host(self) -> bool:
+        """Whether every rank runs on this host: their processes can be watched and signalled
+        from here, and the controller need only listen on loopback."""
+        return self.local and not other_hosts(self.mpiexec_args)
+
+    @property
     def oversubscribed(self) -> bool:
-        return self.local and self.n > (os.cpu_count() or 1)
+        return self.on_this_host and self.n > (os.cpu_count() or 1)
 
     @property
     def polite(self) -> bool:
@@ -64,7 +71,7 @@ class LaunchSettings:
         """
         if self.yield_when_idle is not None:
             return self.yield_when_idle
-        return self.local and self.n > 2 * (os.cpu_count() or 1)
+        return self.on_this_host and self.n > 2 * (os.cpu_count() or 1)
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -96,7 +103,7 @@ def rank_environment(settings: LaunchSettings) -> dict[str, str]:
         # More ranks than cores: a rank waiting in MPI must give its core to one that computes.
         env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"  # MPICH
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"  # Open MPI
-    env.update(launch_environment(settings.n if settings.local else 0))
+    env.update(launch_environment(settings.n if settings.on_this_host else 0))
     env.update({key: str(value) for key, value in settings.env.items()})
     return env
 
@@ -141,6 +148,51 @@ def host_arguments(mpiexec: str, hosts: str | None = None, hostfile: str | None 
     args = [*(["--host", hosts] if hosts else []), *(["--hostfile", hostfile] if hostfile else [])]
     by_slot = hostfile or (hosts and ":" in hosts)
     return [*args, "--map-by", "slot:OVERSUBSCRIBE" if by_slot else "node:OVERSUBSCRIBE"]
+
+
+# mpiexec options followed by a list of hosts, or by a file of them (MPICH's Hydra and Open MPI).
+HOST_LIST_OPTIONS = ("-hosts", "-host", "--host", "--hosts", "-H")
+HOST_FILE_OPTIONS = ("-f", "-hostfile", "--hostfile", "-machinefile", "--machinefile", "--default-hostfile")
+
+
+def other_hosts(mpiexec_args: list[str]) -> list[str]:
+    """The hosts other than this one that mpiexec arguments name (``-hosts a,b``, ``--host a:2``,
+    a hostfile); a hostfile that cannot be read counts as naming other hosts."""
+    named: list[str] = []
+    for i, arg in enumerate(mpiexec_args):
+        option, _, value = arg.partition("=")
+        if value == "" and i + 1 < len(mpiexec_args):
+            value = mpiexec_args[i + 1]
+        if option in HOST_LIST_OPTIONS:
+            named += value.split(",")
+        elif option in HOST_FILE_OPTIONS:
+            try:
+                with open(value) as handle:
+                    named += [line.split("#")[0].split()[0] for line in handle if line.split("#")[0].strip()]
+            except OSError:
+                return [value]
+    names = {name.split(":")[0] for name in named if name}
+    return sorted(names - this_host_names())
+
+
+def this_host_names() -> set[str]:
+    """Names and addresses by which mpiexec means this host."""
+    import socket
+
+    import psutil
+
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.gethostname().split(".")[0]}
+    for addresses in psutil.net_if_addrs().values():
+        names |= {address.address for address in addresses}
+    return names
+
+
+def host_environment_arguments(mpiexec: str, names: list[str]) -> list[str]:
+    """Arguments that pass these environment variables to ranks on other hosts: Open MPI passes
+    only those named with ``-x`` (MPICH's Hydra passes the whole environment)."""
+    if mpi_family(mpiexec) != "Open MPI":
+        return []
+    return [arg for name in sorted(names) for arg in ("-x", name)]
 
 
 def mpi_family(mpiexec: str) -> str | None:

@@ -74,6 +74,11 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
                 break
     except KeyboardInterrupt:
         outcome.stopped = "interrupt"
+    if not outcome.stopped and supervisor.unregistered(ranks):
+        # A rank's engine was lost (its nanny told the controller) and ipyparallel failed its
+        # request, which ends the wait before the death was seen by a check above.
+        outcome.dead, outcome.stopped = supervisor.unregistered(ranks), "died"
+        return outcome
     if outcome.stopped:
         supervisor.interrupt(ranks)
         pending.wait(INTERRUPT_GRACE)

@@ -23,13 +23,14 @@ from .._ranges import format_ranks
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
-from ._hang import death_report
+from ._hang import death_report, launcher_report
 from ._launch import (
     ALLOCATION_LAUNCHER,
     LaunchSettings,
     allocation_srun,
     controller_location,
     find_mpiexec,
+    host_environment_arguments,
     mpi_family_in,
     rank_environment,
     slurm_job_files,
@@ -38,6 +39,8 @@ from ._launch import (
 _POLL = 0.01
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# What ipyparallel tells engines through the environment (send_engines_connection_env).
+ENGINE_CONNECTION_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
 
 
 class Supervisor:
@@ -60,10 +63,10 @@ class Supervisor:
 
     def start(self) -> None:
         """Launch the controller and the ranks; return once every rank answers."""
-        self.cluster = self._configured_cluster()
-        self._start_watchdog()
         environment = rank_environment(self.settings)
-        if self.settings.local:  # local ranks report for duty to it when they start (see _deathwatch)
+        self.cluster = self._configured_cluster(environment)
+        self._start_watchdog()
+        if self.settings.on_this_host:  # these ranks report for duty to it when they start (see _deathwatch)
             self.deaths = DeathWatch()
             environment[DEATHWATCH_ENVIRONMENT] = self.deaths.address
         try:
@@ -86,20 +89,20 @@ class Supervisor:
     def _engine_args(self) -> list[str]:
         args = [
             "--IPEngine.startup_command=__import__('mpinb.rank').rank.init()",
-            "--IPEngine.enable_nanny=" + ("False" if self.settings.local else "True"),
+            "--IPEngine.enable_nanny=" + ("False" if self.settings.on_this_host else "True"),
             f"--IPEngine.wait_for_url_file={self.start_timeout}",
             "--log-level=WARN",
         ]
-        if not self.settings.local:
+        if not self.settings.on_this_host:
             args.append("--mpi")  # engine id = MPI rank, as with the local launcher
         return args
 
-    def _configured_cluster(self) -> Any:
+    def _configured_cluster(self, environment: dict[str, str]) -> Any:
         import ipyparallel as ipp
 
         settings = self.settings
         cluster_kw: dict[str, Any] = {}
-        if not settings.local:
+        if not settings.on_this_host:
             # Ranks elsewhere must reach the controller: listen on every interface and tell them
             # this host's name; ipyparallel signs every message with the session key.
             cluster_kw["controller_ip"] = "*"
@@ -119,7 +122,7 @@ class Supervisor:
             ],
             # Local engines find the connection file themselves, so they can start (and spend
             # their import time) while the controller is still coming up.
-            send_engines_connection_env=not settings.local,
+            send_engines_connection_env=not settings.on_this_host,
             engine_timeout=int(self.start_timeout),
             log_level=40,
             **cluster_kw,
@@ -130,7 +133,11 @@ class Supervisor:
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
             # srun, like mpiexec, must end every task when one fails (its default lets them run on)
             on_failure = ["--kill-on-bad-exit=1"] if settings.launcher == ALLOCATION_LAUNCHER else []
-            cluster.config.MPIEngineSetLauncher.mpi_args = [*on_failure, *settings.mpiexec_args]
+            # Ranks on other hosts get the controller's address and our settings through the
+            # environment, which Open MPI's mpiexec passes there only when told.
+            passed = (host_environment_arguments(mpiexec, [*environment, *ENGINE_CONNECTION_VARIABLES])
+                      if settings.local and not settings.on_this_host else [])
+            cluster.config.MPIEngineSetLauncher.mpi_args = [*on_failure, *passed, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
         controller = cluster.config.LocalControllerLauncher
         controller.controller_cmd = [sys.executable, os.path.join(_HERE, "_controller_main.py")]
@@ -208,7 +215,7 @@ class Supervisor:
         if output:
             tail = "\n".join(output.splitlines()[-30:])
             text += f"\n\nOutput of the MPI launcher:\n{tail}"
-        if self.settings.local:
+        if self.settings.on_this_host:
             text += (
                 f"\n\nCheck that `{find_mpiexec(self.settings.mpiexec)} -n {self.settings.n} "
                 f"{sys.executable} -c 'from mpi4py import MPI'` works in a terminal."
@@ -256,18 +263,23 @@ class Supervisor:
         if now < self._next_remote_check:
             return []
         self._next_remote_check = now + 1.0
-        registered = set(self.client.ids)
-        gone = sorted(rank for rank, engine in self.engine_of.items() if engine not in registered)
+        gone = self.unregistered(sorted(self.engine_of))
         if gone:
             return gone
         if any(_has_exited(es) or _slurm.job_ended(es) for es in self.cluster.engines.values()):
             return sorted(self.engine_of)
         return []
 
+    def unregistered(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` whose engine the controller no longer knows (its heart stopped, or
+        its nanny saw it die)."""
+        registered = set(self.client.ids)
+        return [rank for rank in ranks if self.engine_of[rank] not in registered]
+
     def why_dead(self, dead: list[int]) -> str:
         """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
-        if self.deaths is None:
-            return self._why_remote_dead(dead)
+        if not self.settings.local:
+            return self._why_batch_dead(dead)
         deadline = time.monotonic() + 3  # the launcher reports once it has cleaned up
         while time.monotonic() < deadline and not self.dead_process():
             time.sleep(0.05)
@@ -276,16 +288,27 @@ class Supervisor:
             (rank, code), = aborted.items()
             return f"rank {rank} called Abort({code}) while running the cell, which ends every rank"
         by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
-        return (f"{death_report(self.launcher_output(), by_pid, dead)} while running the cell. "
+        if len(by_pid) < len(self.ranks_info):  # the same pid on two hosts: the report cannot tell
+            by_pid = {}
+        output = self.launcher_output()
+        if self.settings.on_this_host:
+            return f"{death_report(output, by_pid, dead)} while running the cell. MPI cannot continue without it"
+        if launcher_report(output, by_pid)[0] is None:  # a host or its network failed, or mpiexec runs on
+            return self._stopped_answering(dead)
+        host_of = {rank: info["host"] for rank, info in self.ranks_info.items()}
+        return (f"{death_report(output, by_pid, dead, host_of)} while running the cell. "
                 "MPI cannot continue without it")
 
-    def _why_remote_dead(self, dead: list[int]) -> str:
+    def _why_batch_dead(self, dead: list[int]) -> str:
         for engine_set in self.cluster.engines.values():
             failure = _slurm.failed_tasks(engine_set)
             if failure is not None:
                 ranks, host, how = failure
                 return (f"{format_ranks(ranks, word=True)} on {host} died ({how}) while running the cell. "
                         "MPI cannot continue without them")
+        return self._stopped_answering(dead)
+
+    def _stopped_answering(self, dead: list[int]) -> str:
         hosts = sorted({self.ranks_info[rank]["host"] for rank in dead if rank in self.ranks_info})
         where = f" on {', '.join(hosts)}" if hosts else ""
         who = format_ranks(dead, word=True) if len(dead) < len(self.engine_of) else "the ranks"
@@ -293,8 +316,8 @@ class Supervisor:
                 "host or its network failed). MPI cannot continue without them")
 
     def interrupt(self, ranks: list[int]) -> None:
-        """SIGINT to the ranks: directly when local, through the engines' nannies elsewhere."""
-        if self.settings.local:
+        """SIGINT to the ranks: directly when on this host, through the engines' nannies elsewhere."""
+        if self.settings.on_this_host:
             for rank in ranks:
                 try:
                     os.kill(self.ranks_info[rank]["pid"], signal.SIGINT)
@@ -319,7 +342,7 @@ class Supervisor:
         if self.deaths is not None:
             self.deaths.close()
             self.deaths = None
-        if self.settings.local:
+        if self.settings.on_this_host:
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
             # not: Open MPI's forwards the launcher's SIGINT and leaves the ranks to their fate.
             for info in self.ranks_info.values():

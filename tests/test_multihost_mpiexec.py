@@ -1,0 +1,178 @@
+"""A pool across hosts started by mpiexec (`%mpi start --hosts node1,node2`), on either MPI.
+
+The hosts are network namespaces (see multihost_cluster.py); mpiexec reaches them through a
+stand-in for ssh, as it would reach a cluster's nodes. Ranks 0 and 2 run on node1, ranks 1 and 3 on
+node2 (mpiexec deals them round robin); the controller listens on this side of a bridge that only
+the test makes. Nothing outside this machine is contacted, and everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+from multihost_cluster import agent_arguments, launch_agent, namespace_hosts
+
+import mpinb
+from mpinb.notebook import _session as session
+from mpinb.pool._launch import find_mpiexec
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root (network namespaces) and unshare: `make test` runs as root")
+
+HOSTS = {0: "node1", 1: "node2", 2: "node1", 3: "node2"}
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("multihost-mpiexec"))
+    with namespace_hosts(2, folder) as (_, hosts):
+        yield hosts, launch_agent(folder, hosts)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(host.namespace in listed for host in hosts), "the test's namespaces are gone"
+
+
+def _processes_on(host) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True).stdout
+    names = []
+    for pid in listed.split():
+        try:
+            names.append(" ".join(psutil.Process(int(pid)).cmdline()[:3]))
+        except psutil.Error:
+            pass
+    return names
+
+
+@pytest.fixture(scope="module")
+def pool(hosts):
+    """A 4-rank pool started as a notebook user would, through the magic."""
+    from IPython.testing.globalipapp import get_ipython
+
+    namespaces, agent = hosts
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "mpinb")
+    previous = session.current_pool()
+    session.use_pool(None)
+    through_agent = " ".join(agent_arguments(find_mpiexec(), agent))
+    try:
+        shell.run_line_magic("mpi", f"start -n 4 --hosts node1,node2 --start-timeout 30 -- {through_agent}")
+        yield session.current_pool()
+    finally:
+        session.stop_pool()
+        session.use_pool(previous)
+    for host in namespaces:
+        assert _processes_on(host) == [], f"stopping the pool leaves nothing on {host.name}"
+
+
+@pytest.mark.timeout(180)
+def test_ranks_on_two_hosts_form_one_world(pool):
+    result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(rank + 1))")
+    assert result.value == {r: (host, 10) for r, host in HOSTS.items()}
+    assert {row["rank"]: row["host"] for row in pool.status()} == HOSTS
+    supervisor = pool._supervisor
+    assert not supervisor.settings.on_this_host and supervisor.deaths is None
+    assert supervisor.cluster.controller_ip == "*", "ranks elsewhere reach the controller"
+
+
+@pytest.mark.timeout(120)
+def test_no_message_arrives_before_it_was_sent_across_hosts(pool):
+    trace = pool.run("import numpy as np\nfor _ in range(20):\n"
+                     "    comm.Sendrecv(np.zeros(1000), dest=(rank + 1) % size, recvbuf=np.zeros(1000),\n"
+                     "                  source=(rank - 1) % size)\n").trace
+    messages = trace.messages()
+    assert len(messages) == 80 and all(HOSTS[m["source"]] != HOSTS[m["dest"]] for m in messages)
+    assert all(m["recv_end"] >= m["send_start"] for m in messages), "the ranks' clocks are aligned"
+
+
+@pytest.mark.timeout(120)
+def test_a_deadlock_across_hosts_is_diagnosed_interrupted_and_the_pool_goes_on(pool):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool.run("comm.send([rank] * 500_000, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)",
+                 timeout=4)
+    assert info.value.diagnosis.cycle == [0, 1, 2, 3]
+    assert "rank 1: send to rank 2" in str(info.value)
+    assert pool.run("comm.allreduce(1)").value == {r: 4 for r in HOSTS}
+
+
+@pytest.mark.timeout(120)
+def test_a_long_cell_on_other_hosts_is_interrupted_through_their_nannies(pool):
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 2 s"):
+        pool.run("import time\nstarted = True\nfor _ in range(600):\n    time.sleep(0.1)", timeout=2)
+    assert time.monotonic() - began < 10
+    assert all(f.type == "KeyboardInterrupt" for f in pool.last_result.errors.values())
+    assert pool.pull("started") == [True] * 4, "the ranks keep what they did before the interrupt"
+    assert pool.run("comm.allreduce(1)").value == {r: 4 for r in HOSTS}
+
+
+def _kill_ranks(host, after: float) -> None:
+    time.sleep(after)
+    listed = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True)
+    for pid in listed.stdout.split():
+        try:
+            proc = psutil.Process(int(pid))
+            if any("_engine_main.py" in part for part in proc.cmdline()):
+                proc.kill()
+                return  # one rank: mpiexec ends the others
+        except psutil.Error:
+            pass
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_killed_on_another_host_is_named_with_its_host_and_the_pool_restarts(pool, hosts):
+    pool.run("before_failure = 1")
+    killer = threading.Thread(target=_kill_ranks, args=(hosts[0][1], 2))
+    killer.start()
+    with pytest.raises(mpinb.RankDiedError, match=r"rank [13] on node2 died: killed by signal 9") as info:
+        pool.run("import time\nfor _ in range(60):\n    time.sleep(0.5)\ncomm.allreduce(1)", timeout=90)
+    killer.join()
+    assert "the pool was restarted with 4 fresh ranks" in str(info.value)
+    result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(1), 'before_failure' in globals())")
+    assert result.value == {r: (host, 4, False) for r, host in HOSTS.items()}
+
+
+@pytest.mark.timeout(240)
+def test_a_host_whose_link_goes_down_mid_cell_is_named(pool, hosts):
+    """node2's cable is pulled: its ranks stop answering, which is said within seconds; the pool
+    cannot start again while node2 is unreachable, which is said too; once the link is back,
+    `%mpi restart` brings the pool back."""
+    from IPython.testing.globalipapp import get_ipython
+
+    node2 = hosts[0][1]
+
+    def pull_the_cable() -> None:
+        time.sleep(2)
+        subprocess.run(["ip", "netns", "exec", node2.namespace, "ip", "link", "set", "dev",
+                        _link_of(node2), "down"], check=True, timeout=30)
+
+    puller = threading.Thread(target=pull_the_cable)
+    puller.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(mpinb.RankDiedError) as info:
+            pool.run("import time\nfor _ in range(60):\n    time.sleep(0.5)\ncomm.allreduce(1)", timeout=120)
+        puller.join()
+        message = str(info.value)
+        assert "ranks 1, 3 on node2 stopped answering" in message, message
+        assert "host or its network failed" in message
+        assert "could not start again" in message and "node2" in message.split("could not start again")[1], message
+        assert time.monotonic() - began < 2 + 20 + 30 + 15, "noticed within the heartbeat's 10 s, then one start"
+    finally:
+        puller.join()
+        subprocess.run(["ip", "netns", "exec", node2.namespace, "ip", "link", "set", "dev", _link_of(node2), "up"],
+                       check=True, timeout=30)
+    get_ipython().run_line_magic("mpi", "restart")
+    assert session.current_pool().run("comm.allreduce(1)").value == {r: 4 for r in HOSTS}
+
+
+def _link_of(host) -> str:
+    """The host's end of its cable to the bridge."""
+    links = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "link", "show"],
+                           capture_output=True, text=True, check=True).stdout
+    return next(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if "lo:" not in line)
