@@ -80,6 +80,23 @@ def _describe(comm, op, kind, peer, tag, size, where, root) -> WaitState:
                       root=_peer_world(comm, root))
 
 
+_can_revoke = True  # whether this MPI implements ULFM's Comm.Revoke (asked once)
+
+
+def _revoked(comm) -> bool:
+    """Whether the user revoked ``comm`` (MPI's fault tolerance, ULFM): then the traced calls
+    give way to MPI's own, which say ERR_REVOKED where a polled form or mpinb's copy of the
+    communicator may not."""
+    global _can_revoke
+    if not _can_revoke:
+        return False
+    try:
+        return comm.Is_revoked()
+    except NotImplementedError:
+        _can_revoke = False
+        return False
+
+
 def _named(method, base):
     method.__name__ = base.__name__
     method.__qualname__ = f"TracedIntracomm.{base.__name__}"

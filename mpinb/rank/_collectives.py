@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .._events import CART_DERIVING_CALLS, COLLECTIVE
 from . import _objects as _objects_module
-from ._calls import _NAN, _arg, _describer, _Intracomm, _named, _nbytes, _where
+from ._calls import _NAN, _arg, _describer, _Intracomm, _named, _nbytes, _revoked, _where
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
 from ._waiting import wait_request as _poll_request
@@ -123,6 +123,9 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         where = _where()
         start = _now()
         sent = received = 0
+        if (agreed_only or lowercase) and _revoked(self):
+            # mpinb's copy of the communicator knows nothing of it: MPI's own call says ERR_REVOKED
+            return base(self, *args, **kwargs)
         if agreed_only:
             # on mpinb's copy of the communicator: the user's own sequence of collectives stays
             # the program's (MPICH matches nonblocking ones, such as Iagree, by that sequence)

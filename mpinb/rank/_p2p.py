@@ -24,6 +24,7 @@ from ._calls import (
     _nbytes,
     _poll_result,
     _Request,
+    _revoked,
     _where,
     _with_status,
 )
@@ -47,6 +48,8 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
         post = getattr(_Intracomm, _NONBLOCKING_SEND.get(name, name).capitalize())
 
     def method(self, *args, **kwargs):
+        if not nonblocking and _revoked(self):  # its polled form may not say ERR_REVOKED
+            return base(self, *args, **kwargs)
         rec = _rec
         recording = rec.on
         start = _now()
@@ -76,6 +79,8 @@ def _recv(name: str, lowercase: bool):
     base = getattr(_Intracomm, name)
 
     def method(self, *args, **kwargs):
+        if _revoked(self):  # its polled form may not say ERR_REVOKED
+            return base(self, *args, **kwargs)
         rec = _rec
         status = _arg(args, kwargs, 3, "status")
         if status is None:
