@@ -132,3 +132,23 @@ def test_the_notebook_process_never_initializes_mpi(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "{0: 1, 1: 1} False"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
+@pytest.mark.timeout(30)
+def test_what_mpiexec_leaves_behind_ends_with_it(tmp_path):
+    """mpiexec runs under a reaper: helpers that outlive it (in sessions of their own, as MPICH's
+    proxies are) are ended once it exits, and its exit status is passed on."""
+    import psutil
+
+    reaper = os.path.join(os.path.dirname(mpinb.__file__), "pool", "_reaper.py")
+    pids = tmp_path / "pids"
+    # an "mpiexec" that leaves two helpers behind, one of which ignores SIGTERM
+    script = (f"setsid sleep 60 & echo $! >> {pids}; "
+              f"setsid sh -c 'trap \"\" TERM; sleep 61' & echo $! >> {pids}; sleep 0.2; exit 3")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-I", "-S", reaper, "sh", "-c", script], timeout=20)
+    assert done.returncode == 3, "mpiexec's status"
+    assert time.monotonic() - began < 5
+    left = [int(pid) for pid in pids.read_text().split()]
+    assert len(left) == 2 and not any(psutil.pid_exists(pid) for pid in left), "the helpers ended with it"

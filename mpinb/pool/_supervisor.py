@@ -26,6 +26,7 @@ from ._deathwatch import DeathWatch
 from ._hang import death_report, launcher_report
 from ._launch import (
     ALLOCATION_LAUNCHER,
+    SLURM_MPI_TYPES,
     LaunchSettings,
     allocation_srun,
     controller_location,
@@ -34,7 +35,9 @@ from ._launch import (
     mpi_family_in,
     rank_environment,
     slurm_job_files,
+    srun_arguments,
 )
+from ._watchdog import in_sessions
 
 _POLL = 0.01
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
@@ -130,14 +133,14 @@ class Supervisor:
         mpiexec = (find_mpiexec(settings.mpiexec) if settings.local
                    else allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
         if mpiexec:
-            cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
-            # srun, like mpiexec, must end every task when one fails (its default lets them run on)
-            on_failure = ["--kill-on-bad-exit=1"] if settings.launcher == ALLOCATION_LAUNCHER else []
+            reaper = [sys.executable, "-I", "-S", os.path.join(_HERE, "_reaper.py")] if sys.platform == "linux" else []
+            cluster.config.MPIEngineSetLauncher.mpi_cmd = [*reaper, mpiexec]
+            srun = srun_arguments() if settings.launcher == ALLOCATION_LAUNCHER else []
             # Ranks on other hosts get the controller's address and our settings through the
             # environment, which Open MPI's mpiexec passes there only when told.
             passed = (host_environment_arguments(mpiexec, [*environment, *ENGINE_CONNECTION_VARIABLES])
                       if settings.local and not settings.on_this_host else [])
-            cluster.config.MPIEngineSetLauncher.mpi_args = [*on_failure, *passed, *settings.mpiexec_args]
+            cluster.config.MPIEngineSetLauncher.mpi_args = [*srun, *passed, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
         controller = cluster.config.LocalControllerLauncher
         controller.controller_cmd = [sys.executable, os.path.join(_HERE, "_controller_main.py")]
@@ -173,7 +176,7 @@ class Supervisor:
                 why = info["failure"] or "see its log below."
                 raise PoolStartError(f"rank {info['rank']} did not initialise: {why}")
             if info["size"] != n:
-                interface = "pmix" if mpi_family_in(info["mpi"]) == "Open MPI" else "pmi2"
+                interface = SLURM_MPI_TYPES.get(mpi_family_in(info["mpi"]) or "", "pmi2")
                 raise PoolStartError(
                     f"the ranks are not one MPI world: engine {engine_id} has a world of size "
                     f"{info['size']}, expected {n}. The launcher started separate processes instead of "
@@ -280,7 +283,8 @@ class Supervisor:
         """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
         if not self.settings.local:
             return self._why_batch_dead(dead)
-        deadline = time.monotonic() + 3  # the launcher reports once it has cleaned up
+        # the launcher reports once it has cleaned up, which takes longer across hosts
+        deadline = time.monotonic() + (3 if self.settings.on_this_host else 10)
         while time.monotonic() < deadline and not self.dead_process():
             time.sleep(0.05)
         aborted = self.deaths.aborted if self.deaths is not None else {}
@@ -352,16 +356,13 @@ class Supervisor:
                     pass
         self.engine_of.clear()
         self.ranks_info.clear()
-        tree = []
-        for proc in self._processes:
-            try:
-                tree += [proc, *proc.children(recursive=True)]
-            except psutil.Error:
-                pass
+        tree = self._launched_processes()
         if client is not None:
             client.close()
         if cluster is not None:
             _stop_cluster(cluster)
+        known = {proc.pid for proc in tree}
+        tree += [proc for proc in self._launched_processes() if proc.pid not in known]
         alive = _still_running(tree, timeout=1.0)
         for proc in alive:
             try:
@@ -371,6 +372,20 @@ class Supervisor:
         _still_running(alive, timeout=1.0)
         self._processes.clear()
         self._release_watchdog()
+
+    def _launched_processes(self) -> list[psutil.Process]:
+        """The launchers, their descendants, and every other process in their sessions: an
+        ``ssh`` that mpiexec started keeps its launcher's session when mpiexec dies before it."""
+        tree = []
+        for proc in self._processes:
+            try:
+                tree += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                pass
+        # a leader's pid that now belongs to another process is not ours (see in_sessions)
+        leaders = {proc.pid for proc in self._processes if proc.is_running() or not psutil.pid_exists(proc.pid)}
+        known = {proc.pid for proc in tree}
+        return tree + [proc for proc in in_sessions(leaders) if proc.pid not in known]
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:
