@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ class Host:
     name: str  # its host name, and its Slurm node name
     namespace: str
     address: str
+    shared: str  # the folder that every host sees (outside /tmp, which each host has its own)
 
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -38,12 +41,13 @@ def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subproc
 
 
 @contextlib.contextmanager
-def namespace_hosts(count: int, folder: str) -> Iterator[tuple[str, list[Host]]]:
+def namespace_hosts(count: int) -> Iterator[tuple[str, list[Host]]]:
     """``count`` hosts on a private bridge; yields (this side's address on the bridge, hosts)."""
     tag = f"mh{os.getpid() % 100000}"
     subnet = f"10.{random.randint(200, 250)}.{random.randint(1, 250)}"
     bridge = f"{tag}br"
-    hosts = [Host(f"node{i}", f"{tag}-node{i}", f"{subnet}.{10 + i}") for i in range(1, count + 1)]
+    folder = tempfile.mkdtemp(prefix="mpinb-hosts-", dir="/var/tmp")
+    hosts = [Host(f"node{i}", f"{tag}-node{i}", f"{subnet}.{10 + i}", folder) for i in range(1, count + 1)]
     here = f"{subnet}.1"
     try:
         _ip("link", "add", bridge, "type", "bridge")
@@ -68,6 +72,7 @@ def namespace_hosts(count: int, folder: str) -> Iterator[tuple[str, list[Host]]]
             _kill_namespace(host.namespace)
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
         _ip("link", "del", bridge, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_namespace(namespace: str) -> None:
@@ -82,22 +87,24 @@ def _kill_namespace(namespace: str) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
-def on_host(host: Host, folder: str, command: list[str]) -> list[str]:
-    """``command`` as a process of ``host``: its network, its host name, its /etc/hosts."""
+def on_host(host: Host, command: list[str]) -> list[str]:
+    """``command`` as a process of ``host``: its network, its host name, its /etc/hosts, its /tmp."""
     # `ip netns exec` mounts a fresh /sys, without the cgroup file systems that slurmd looks for:
     # an empty tmpfs there lets it mount what it needs (CgroupAutomount), in this mount namespace.
-    script = (f"mount --bind {folder}/hosts /etc/hosts && mount -t tmpfs cgroup_root /sys/fs/cgroup && "
-              f"hostname {host.name} && exec \"$@\"")
+    # A /tmp of its own, as real hosts have (Slurm's PMIx server makes the same folder on each).
+    script = (f"mount --bind {host.shared}/hosts /etc/hosts && mount -t tmpfs cgroup_root /sys/fs/cgroup && "
+              f"mount -t tmpfs host_tmp /tmp && hostname {host.name} && exec \"$@\"")
     return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
             "sh", "-c", script, "sh", *command]
 
 
-def launch_agent(folder: str, hosts: list[Host]) -> str:
+def launch_agent(hosts: list[Host]) -> str:
     """A stand-in for ``ssh`` that mpiexec uses to start its daemons on the hosts (MPICH:
     ``-launcher ssh -launcher-exec AGENT``; Open MPI: ``--prtemca plm_ssh_agent AGENT``): called as
     ``AGENT [ssh options] HOST COMMAND...``, it runs the command as a process of that host."""
-    table = {key: (host.name, host.namespace, host.address) for host in hosts for key in (host.name, host.address)}
-    path = os.path.join(folder, "ssh-agent.py")
+    table = {key: (host.name, host.namespace, host.address, host.shared)
+             for host in hosts for key in (host.name, host.address)}
+    path = os.path.join(hosts[0].shared, "ssh-agent.py")
     with open(path, "w") as handle:
         handle.write(f"""#!{sys.executable}
 import os, sys
@@ -107,7 +114,7 @@ args = sys.argv[1:]
 while args and args[0].startswith("-"):  # ssh's options, such as -x (no X11)
     args = args[1:]
 host = Host(*{table!r}[args[0]])
-command = on_host(host, {folder!r}, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
+command = on_host(host, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
 # a login's environment, as ssh gives: nothing of mpiexec's
 os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}})
 """)
@@ -156,14 +163,15 @@ def _config(folder: str, here: str, hosts: list[Host]) -> str:
 
 
 @contextlib.contextmanager
-def multihost_slurm(folder: str, count: int = 2) -> Iterator[tuple[dict[str, str], str, list[Host]]]:
+def multihost_slurm(count: int = 2) -> Iterator[tuple[dict[str, str], str, list[Host]]]:
     """Yield (``SLURM_CONF`` environment, this side's address, hosts) of a running cluster."""
-    with namespace_hosts(count, folder) as (here, hosts):
+    with namespace_hosts(count) as (here, hosts):
+        folder = hosts[0].shared
         conf = _config(folder, here, hosts)
         env = {**os.environ, "SLURM_CONF": conf}
         daemons = [subprocess.Popen(["slurmctld", "-D", "-i", "-f", conf], env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.STDOUT)]
-        daemons += [subprocess.Popen(on_host(host, folder, ["slurmd", "-D", "-N", host.name, "-f", conf]), env=env,
+        daemons += [subprocess.Popen(on_host(host, ["slurmd", "-D", "-N", host.name, "-f", conf]), env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) for host in hosts]
         try:
             deadline = time.monotonic() + 45

@@ -4,6 +4,7 @@ slurm-wlm (installed by `make test`), configured in a temporary folder, stopped 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import random
 import shutil
@@ -16,17 +17,17 @@ import psutil
 
 def open_mpi_without_pmix() -> str | None:
     """Why Slurm pools cannot run on this environment's MPI here, if they cannot: Open MPI starts
-    under srun through PMIx, and Debian's slurm-wlm here has no PMIx library (its mpi/pmix plugin
-    fails to load). The error users get says so (see the Supervisor's world-size check)."""
+    under srun through PMIx, and Debian's slurm-wlm loads the PMIx library only if libpmix-dev is
+    installed (its mpi/pmix plugin fails to load otherwise, and the job's output says so)."""
     from mpinb.pool import find_mpiexec
     from mpinb.pool._launch import mpi_family
 
     if mpi_family(find_mpiexec()) != "Open MPI":
         return None
-    plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True).stdout
-    if "pmix" in plugins and os.path.exists("/usr/lib/x86_64-linux-gnu/libpmix.so.2"):
+    if glob.glob("/usr/lib/*/slurm-wlm/mpi_pmix*.so") and glob.glob("/usr/lib/*/libpmix.so"):
         return None
-    return "Open MPI needs Slurm's PMIx, and this slurm-wlm has no PMIx library: Slurm pools run on MPICH here"
+    return ("Open MPI needs Slurm's PMIx plugin and the PMIx library it loads (libpmix.so): "
+            "`make system` installs libpmix-dev")
 
 
 def _free_port() -> int:

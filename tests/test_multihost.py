@@ -32,8 +32,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with multihost_slurm(str(tmp_path_factory.mktemp("multihost")), count=2) as (env, here, hosts):
+def cluster():
+    with multihost_slurm(count=2) as (env, here, hosts):
         saved = os.environ.get("SLURM_CONF")
         os.environ.update(env)  # every client of the cluster needs SLURM_CONF
         try:

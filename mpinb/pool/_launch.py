@@ -253,9 +253,27 @@ def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, s
         if options.get(key):
             lines.append(f"#SBATCH {flag}={options[key]}")
     # As mpiexec does, end the whole step when one task fails (srun would let the others run on).
-    lines.append("srun --kill-on-bad-exit=1 {program_and_args}")
+    lines.append(" ".join(["srun", *srun_arguments(), "{program_and_args}"]))
     return {"batch_template": "\n".join(lines) + "\n",
             "batch_file_name": os.path.join(log_dir, f"slurm-{cluster_id}.sbatch")}
+
+
+def srun_arguments() -> list[str]:
+    """srun's arguments for the ranks: end every task when one fails, as mpiexec does (srun's
+    default lets the others run on), and offer the process-management interface that this
+    environment's MPI speaks (Open MPI: PMIx; MPICH: PMI-2) unless ``$SLURM_MPI_TYPE`` says."""
+    args = ["--kill-on-bad-exit=1"]
+    if not os.environ.get("SLURM_MPI_TYPE"):
+        try:
+            interface = SLURM_MPI_TYPES.get(mpi_family(find_mpiexec()) or "")
+        except PoolStartError:  # no mpiexec here: the cluster's default interface it is
+            interface = None
+        if interface:
+            args.append(f"--mpi={interface}")
+    return args
+
+
+SLURM_MPI_TYPES = {"Open MPI": "pmix", "MPICH": "pmi2"}
 
 
 def slurm_output(log_dir: str, cluster_id: str, job: str) -> str:
