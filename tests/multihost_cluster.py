@@ -91,11 +91,27 @@ def on_host(host: Host, command: list[str]) -> list[str]:
     """``command`` as a process of ``host``: its network, its host name, its /etc/hosts, its /tmp."""
     # `ip netns exec` mounts a fresh /sys, without the cgroup file systems that slurmd looks for:
     # an empty tmpfs there lets it mount what it needs (CgroupAutomount), in this mount namespace.
-    # A /tmp of its own, as real hosts have (Slurm's PMIx server makes the same folder on each).
+    # A /tmp of its own, as real hosts have (Slurm's PMIx server makes the same folder on each),
+    # in which what the hosts share (this checkout and its environments, wherever they are) stays.
+    outer = f"{host.shared}/outer-tmp-{host.name}"
+    shared_in_tmp = "".join(f" && mkdir -p /tmp/{name} && mount --bind {outer}/{name} /tmp/{name}"
+                            for name in _tops_in_tmp())
     script = (f"mount --bind {host.shared}/hosts /etc/hosts && mount -t tmpfs cgroup_root /sys/fs/cgroup && "
-              f"mount -t tmpfs host_tmp /tmp && hostname {host.name} && exec \"$@\"")
+              f"mkdir -p {outer} && mount --bind /tmp {outer} && mount -t tmpfs host_tmp /tmp"
+              f"{shared_in_tmp} && hostname {host.name} && exec \"$@\"")
     return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
             "sh", "-c", script, "sh", *command]
+
+
+def _tops_in_tmp() -> list[str]:
+    """The folders directly in /tmp that hold this checkout, the Python in use or the working
+    directory (a CI clone in /tmp/ci): compute nodes see these as the login node does."""
+    tops = set()
+    for path in (os.path.dirname(os.path.abspath(__file__)), sys.prefix, os.getcwd()):
+        parts = os.path.realpath(path).split(os.sep)
+        if len(parts) > 2 and parts[1] == "tmp":
+            tops.add(parts[2])
+    return sorted(tops)
 
 
 def launch_agent(hosts: list[Host]) -> str:

@@ -283,18 +283,24 @@ class Supervisor:
         """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
         if not self.settings.local:
             return self._why_batch_dead(dead)
-        # the launcher reports once it has cleaned up, which takes longer across hosts
-        deadline = time.monotonic() + (3 if self.settings.on_this_host else 10)
-        while time.monotonic() < deadline and not self.dead_process():
+        by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
+        if len(by_pid) < len(self.ranks_info):  # the same pid on two hosts: the report cannot tell
+            by_pid = {}
+        # The launcher reports as it cleans up; on a busy machine that can take seconds. Across
+        # hosts, MPICH adds how a rank ended only when it has finished.
+        deadline = time.monotonic() + (6 if self.settings.on_this_host else 10)
+        while True:
+            ended = self.dead_process() is not None
+            output = self.launcher_output()
+            if ended or time.monotonic() > deadline:
+                break
+            if self.settings.on_this_host and launcher_report(output, by_pid)[0] is not None:
+                break
             time.sleep(0.05)
         aborted = self.deaths.aborted if self.deaths is not None else {}
         if len(aborted) == 1:
             (rank, code), = aborted.items()
             return f"rank {rank} called Abort({code}) while running the cell, which ends every rank"
-        by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
-        if len(by_pid) < len(self.ranks_info):  # the same pid on two hosts: the report cannot tell
-            by_pid = {}
-        output = self.launcher_output()
         if self.settings.on_this_host:
             return f"{death_report(output, by_pid, dead)} while running the cell. MPI cannot continue without it"
         if launcher_report(output, by_pid)[0] is None:  # a host or its network failed, or mpiexec runs on
