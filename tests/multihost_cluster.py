@@ -217,3 +217,34 @@ def multihost_slurm(count: int = 2) -> Iterator[tuple[dict[str, str], str, list[
                     daemon.kill()
                     daemon.wait(timeout=5)
             _wait_for_steps_to_end({"SLURM_CONF": conf}, seconds=0)
+
+
+# -- what every pool across hosts must do, however it was started ----------------------------------
+
+RING = ("import numpy as np\nfor _ in range(20):\n"
+        "    comm.Sendrecv(np.zeros(1000), dest=(rank + 1) % size, recvbuf=np.zeros(1000),\n"
+        "                  source=(rank - 1) % size)\n")
+
+
+def check_clocks_across_hosts(pool, host_of: dict[int, str]) -> list[dict]:
+    """A traced ring across the hosts: no message arrives before it was sent. Returns the
+    messages that crossed between hosts."""
+    messages = pool.run(RING).trace.messages()
+    assert len(messages) == 20 * pool.size
+    assert all(m["recv_end"] >= m["send_start"] for m in messages), "the ranks' clocks are aligned"
+    return [m for m in messages if host_of[m["source"]] != host_of[m["dest"]]]
+
+
+def check_deadlock_across_hosts(pool) -> None:
+    """A ring of sends too large to buffer: diagnosed as a cycle, interrupted, and the pool goes on."""
+    import mpinb
+
+    try:
+        pool.run("comm.send([rank] * 500_000, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)",
+                 timeout=4)
+    except mpinb.DeadlockError as err:
+        assert err.diagnosis.cycle == list(range(pool.size))
+        assert "rank 1: send to rank 2" in str(err)
+    else:
+        raise AssertionError("the ring of large sends did not hang")
+    assert pool.run("comm.allreduce(1)").value == dict.fromkeys(range(pool.size), pool.size)
