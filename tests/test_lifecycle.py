@@ -39,6 +39,30 @@ def test_an_mpi_that_fails_to_start_is_reported_quickly(existing_pools):
     assert not wait_until_gone(5, existing_pools)
 
 
+def test_more_ranks_than_the_memory_holds_are_refused_with_advice(existing_pools):
+    import psutil
+
+    from mpinb.pool._launch import MEMORY_PER_RANK
+
+    too_many = psutil.virtual_memory().available // MEMORY_PER_RANK + 100
+    pool = mpinb.Pool(too_many)
+    began = time.monotonic()
+    with pytest.raises(mpinb.PoolStartError, match=rf"{too_many} ranks need about .* GiB of memory .* Start at most"):
+        pool.start()
+    assert time.monotonic() - began < 2, "refused before anything starts"
+    assert not pool.running and not wait_until_gone(1, existing_pools)
+
+
+def test_start_up_may_take_longer_with_more_ranks_per_core():
+    from mpinb.pool._launch import LaunchSettings
+
+    cores = os.cpu_count() or 1
+    assert LaunchSettings(n=cores).default_start_timeout == 60
+    assert LaunchSettings(n=cores + 62).default_start_timeout == 122
+    assert LaunchSettings(n=cores + 62, launcher="slurm").default_start_timeout == 60, "ranks elsewhere"
+    assert mpinb.Pool(4, start_timeout=5).start_timeout == 5
+
+
 def test_using_a_stopped_pool_says_what_to_do():
     pool = mpinb.Pool(2)
     with pytest.raises(mpinb.PoolError, match="call pool.start()"):

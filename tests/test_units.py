@@ -157,6 +157,19 @@ def test_a_ring_of_sends_is_a_deadlock_with_its_fix():
     assert "Small messages are buffered" in text
 
 
+def test_a_long_ring_is_told_in_a_sentence():
+    receives = {r: wait_state("recv", "recv", ("<mpi-cell-1>", 1), comm="world", members=list(range(64)),
+                              peer=(r - 1) % 64) for r in range(64)}
+    for state in receives.values():
+        state["waited"] = 8.0
+    text = diagnose(receives, finished=[], idle=[]).text()
+    assert "  ranks 0-63: each recv from its left neighbour (rank - 1) at line 1, waiting 8.0 s" in text
+    assert "Wait-for cycle: 0 -> 63 -> 62 -> ... -> 1 -> 0 (64 ranks)" in text
+    assert len(text.splitlines()) < 8
+    mixed = {**receives, 5: wait_state("send", "send", ("<mpi-cell-1>", 2), comm="world", members=[], peer=9)}
+    assert "  rank 5: send to rank 9 at line 2" in diagnose(mixed, finished=[], idle=[]).text()
+
+
 def test_waiting_for_a_rank_that_finished_is_a_deadlock_without_a_cycle():
     recv = wait_state("recv", "recv", ("/work/x.py", 7), comm="world", members=[0, 1], peer=1)
     diagnosis = diagnose({0: recv}, finished=[1], idle=[])

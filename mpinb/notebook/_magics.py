@@ -85,7 +85,8 @@ def _start_parser(name: str) -> _Parser:
     parser.add_argument("--hosts", metavar="H1,H2", help="hosts for mpiexec (MPICH -hosts, Open MPI --host)")
     parser.add_argument("--hostfile", metavar="FILE", help="hostfile for mpiexec (MPICH -f, Open MPI --hostfile)")
     parser.add_argument("--start-timeout", type=_positive_float, metavar="S",
-                        help="give up if the ranks are not all up after S seconds (default 60)")
+                        help="give up if the ranks are not all up after S seconds "
+                             "(default: 60, plus 1 per rank beyond one per core)")
     batch = parser.add_argument_group("batch systems (--launcher slurm, pbs, ...)")
     batch.add_argument("--partition", help="partition (queue) to submit to")
     batch.add_argument("--time", help="time limit, e.g. 1:00:00")

@@ -65,14 +65,17 @@ class Diagnosis:
             lines.append("Deadlock: these ranks are blocked in MPI, each waiting for another.")
         else:
             lines.append("The ranks below are blocked in MPI and nothing they wait for is coming.")
-        for rank in sorted(self.waits):
-            lines.append(f"  rank {rank}: {describe_wait(self.waits[rank])}")
+        for ranks, offset in self._groups():
+            if len(ranks) < GROUP_FROM:
+                lines += [f"  rank {rank}: {describe_wait(self.waits[rank])}" for rank in ranks]
+            else:
+                lines.append(f"  {format_ranks(ranks, word=True)}: {self._describe_group(ranks, offset)}")
         if self.finished:
             lines.append(f"  {format_ranks(self.finished, word=True)}: finished the run")
         if self.idle:
             lines.append(f"  {format_ranks(self.idle, word=True)}: not running this cell (see --targets)")
         if self.cycle is not None:
-            lines.append("Wait-for cycle: " + " -> ".join(str(r) for r in [*self.cycle, self.cycle[0]]))
+            lines.append("Wait-for cycle: " + _cycle_text(self.cycle, self._size()))
             kinds = {self.waits[r]["kind"] for r in self.cycle}
             if len(kinds) == 1 and kinds <= set(FIXES):
                 lines.append(FIXES[kinds.pop()])
@@ -83,6 +86,57 @@ class Diagnosis:
 
     def __str__(self) -> str:
         return self.text()
+
+    def _size(self) -> int:
+        return max([*self.waits, *self.finished, *self.idle]) + 1
+
+    def _groups(self) -> list[tuple[list[int], int | None]]:
+        """Ranks in the same wait, but for whom: the same call, line, tag and size, with the peer
+        at the same distance (rank - 1, the left neighbour, for each of a ring). In rank order."""
+        size = self._size()
+        groups: dict[tuple, list[int]] = {}
+        for rank in sorted(self.waits):
+            state = self.waits[rank]
+            peer = state["peer"]
+            offset = None if peer is None or state["any_source"] else (peer - rank) % size
+            key = (state["op"], state["kind"], state["comm"], state["root"], state["any_source"], state["tag"],
+                   state["bytes"], state["line"], state["file"], offset)
+            groups.setdefault(key, []).append(rank)
+        return sorted(((ranks, key[-1]) for key, ranks in groups.items()), key=lambda group: group[0][0])
+
+    def _describe_group(self, ranks: list[int], offset: int | None) -> str:
+        """``each recv from its left neighbour at line 1, waiting 7.9-8.0 s``"""
+        state = dict(self.waits[ranks[0]])
+        waited = [self.waits[rank].get("waited") or 0.0 for rank in ranks]
+        state["waited"] = None
+        text = describe_wait(state)  # type: ignore[arg-type]
+        if offset is not None:
+            peer = f"rank {state['peer']}"
+            text = text.replace(peer, _neighbour(offset, self._size()), 1)
+        if max(waited):
+            span = f"{min(waited):.1f}" if max(waited) - min(waited) < 0.05 else f"{min(waited):.1f}-{max(waited):.1f}"
+            text += f", waiting {span} s"
+        return "each " + text
+
+
+GROUP_FROM = 8  # ranks in the same wait are told in one line from this many on (small rings stay per rank)
+
+
+def _neighbour(offset: int, size: int) -> str:
+    if offset == size - 1:
+        return "its left neighbour (rank - 1)"
+    if offset == 1:
+        return "its right neighbour (rank + 1)"
+    return f"rank + {offset}" if offset <= size // 2 else f"rank - {size - offset}"
+
+
+def _cycle_text(cycle: list[int], size: int) -> str:
+    """``0 -> 1 -> 0``; a long one shortened: ``0 -> 63 -> 62 -> ... -> 1 -> 0 (64 ranks)``."""
+    closed = [*cycle, cycle[0]]
+    if len(cycle) <= 8:
+        return " -> ".join(map(str, closed))
+    return " -> ".join(map(str, closed[:3])) + " -> ... -> " + " -> ".join(map(str, closed[-2:])) + (
+        f" ({len(cycle)} ranks)")
 
 
 def describe_wait(state: WaitState) -> str:

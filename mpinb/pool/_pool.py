@@ -56,7 +56,7 @@ class Pool:
         mpiexec_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         yield_when_idle: bool | None = None,
-        start_timeout: float = 60.0,
+        start_timeout: float | None = None,
         max_output_lines: int = 10_000,
         max_output_chars: int = 1_000_000,
         trace_capacity: int = 100_000,
@@ -75,7 +75,7 @@ class Pool:
             yield_when_idle=yield_when_idle,
             launcher_options=dict(launcher_options or {}),
         )
-        self.start_timeout = start_timeout
+        self.start_timeout = start_timeout  # None: what the ranks per core need (see LaunchSettings)
         self.max_output_lines = max_output_lines
         self.max_output_chars = max_output_chars
         self.trace_capacity = trace_capacity
@@ -121,7 +121,8 @@ class Pool:
         """Launch the controller and the ranks; return once every rank answers."""
         if self.running:
             return self
-        supervisor = Supervisor(self.settings, self.start_timeout, self.controller_ip)
+        start_timeout = self.start_timeout or self.settings.default_start_timeout
+        supervisor = Supervisor(self.settings, start_timeout, self.controller_ip)
         supervisor.start()
         self._supervisor = supervisor
         _live_pools.add(self)

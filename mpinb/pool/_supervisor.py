@@ -29,6 +29,7 @@ from ._launch import (
     SLURM_MPI_TYPES,
     LaunchSettings,
     allocation_srun,
+    check_memory,
     controller_location,
     find_mpiexec,
     host_environment_arguments,
@@ -66,6 +67,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Launch the controller and the ranks; return once every rank answers."""
+        check_memory(self.settings)
         environment = rank_environment(self.settings)
         self.cluster = self._configured_cluster(environment)
         self._start_watchdog()
@@ -94,6 +96,9 @@ class Supervisor:
             "--IPEngine.startup_command=__import__('mpinb.rank').rank.init()",
             "--IPEngine.enable_nanny=" + ("False" if self.settings.on_this_host else "True"),
             f"--IPEngine.wait_for_url_file={self.start_timeout}",
+            # ipyparallel gives a rank 5 s to register; with many ranks per core the controller
+            # answers later than that, and the rank gives up ("Registration timed out")
+            f"--IPEngine.timeout={self.start_timeout}",
             "--log-level=WARN",
         ]
         if not self.settings.on_this_host:

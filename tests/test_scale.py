@@ -1,0 +1,49 @@
+"""Many ranks on few cores, as on a laptop: 64 ranks on this machine's cores start, work, show
+their hangs and stop with nothing left behind."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import pool_processes, wait_until_gone
+
+import mpinb
+
+RANKS = 64
+
+
+@pytest.fixture(scope="module")
+def pool64():
+    existing_pools = {p.pid for p in pool_processes()}
+    began = time.monotonic()
+    pool = mpinb.Pool(RANKS).start()
+    pool.ready_after = time.monotonic() - began
+    try:
+        yield pool
+    finally:
+        pool.stop()
+    assert not wait_until_gone(10, existing_pools), "stopping 64 ranks leaves nothing behind"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sixty_four_ranks_start_and_form_one_world(pool64):
+    assert pool64.ready_after < pool64.settings.default_start_timeout
+    assert pool64.run("comm.allreduce(rank)").value == dict.fromkeys(range(RANKS), RANKS * (RANKS - 1) // 2)
+    rows = pool64.status()
+    assert [row["rank"] for row in rows] == list(range(RANKS)) and all(row["pid"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_ring_of_sixty_four_is_traced_and_its_deadlock_diagnosed(pool64):
+    trace = pool64.run("comm.sendrecv(rank, dest=(rank + 1) % size, source=(rank - 1) % size)").trace
+    assert len(trace.messages()) == RANKS
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool64.run("comm.recv(source=(rank - 1) % size)\ncomm.send(rank, dest=(rank + 1) % size)", timeout=8)
+    cycle = info.value.diagnosis.cycle
+    assert cycle[0] == 0 and cycle[1] == RANKS - 1 and sorted(cycle) == list(range(RANKS)), "each waits for its left"
+    assert "ranks 0-63: each recv from its left neighbour (rank - 1) at line 1" in str(info.value)
+    assert len(str(info.value).splitlines()) < 10, "a sentence, not 64 lines"
+    assert pool64.run("comm.allreduce(1)").value == dict.fromkeys(range(RANKS), RANKS)
