@@ -23,7 +23,7 @@ from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
 from .render import first_paint, record_trace
-from .scale import scale_rows
+from .scale import data_rows, scale_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join(HERE, "mpi_kernels.py")
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale"], help="run only these rows")
+    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data"], help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
     # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.only:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
-                "scale": scale_rows}[args.only]()
+                "scale": scale_rows, "data": data_rows}[args.only]()
         _report(rows, args.json)
         return 0
 
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += tracing_cost()
     rows += output_rows()
     rows += scale_rows()
+    rows += data_rows()
     paint = first_paint(record_trace())
     rows.append(("space-time view of 100,000 calls, first paint (ms)",
                  paint["ms"], "target", 1000.0, 1000.0 / paint["ms"]))

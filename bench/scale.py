@@ -113,3 +113,36 @@ def scale_rows(sizes: tuple[int, ...] = (4, 16, 64), cells: int = 30) -> list[tu
                 continue
             rows.append((label_here, mine, peer, other, other / mine if low else mine / other))
     return rows
+
+
+def _median_s(run: Callable[[], object], count: int) -> float:
+    return _median_ms(run, count) / 1e3
+
+
+def data_rows(n: int = 4, megabytes: int = 200, count: int = 3) -> list[tuple]:
+    """push, scatter, gather and pull of one float64 array, against ipyparallel's view methods on
+    its own engines (its defaults), each tool's pool alone."""
+    import numpy as np
+
+    array = np.random.default_rng(0).random(megabytes * 2**20 // 8)
+    ours: dict[str, float] = {}
+    with mpinb.Pool(n) as pool:
+        ours["push"] = _median_s(lambda: pool.push({"data": array}), count)
+        ours["scatter"] = _median_s(lambda: pool.scatter("part", array), count)
+        ours["gather"] = _median_s(lambda: pool.gather("part"), count)
+        ours["pull"] = _median_s(lambda: pool.pull("data"), count)
+    cluster = ipp.Cluster(engines="mpi", n=n, log_level=40)
+    cluster.config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
+    client = cluster.start_and_connect_sync()
+    theirs: dict[str, float] = {}
+    try:
+        view = client[:]
+        theirs["push"] = _median_s(lambda: view.push({"data": array}, block=True), count)
+        theirs["scatter"] = _median_s(lambda: view.scatter("part", array, block=True), count)
+        theirs["gather"] = _median_s(lambda: view.gather("part", block=True), count)
+        theirs["pull"] = _median_s(lambda: view.pull("data", block=True), count)
+    finally:
+        client.close()
+        cluster.stop_cluster_sync()
+    return [(f"{op} of {megabytes} MB, {n} ranks (s)", ours[op], "ipyparallel view." + op, theirs[op],
+             theirs[op] / ours[op]) for op in ("push", "scatter", "gather", "pull")]

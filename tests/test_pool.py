@@ -71,6 +71,31 @@ def test_scatter_gather_round_trip_uneven(any_pool):
     assert all(shape[1:] == (3,) for shape in shapes.values())
 
 
+def _shared_files() -> set[str]:
+    import glob
+
+    return set(glob.glob("/dev/shm/mpinb-*"))
+
+
+def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_pool):
+    before = _shared_files()
+    big = np.arange(3 * 2**18, dtype=np.float64).reshape(-1, 3)[:, ::2]  # 4 MB, not contiguous
+    records = np.zeros(70_000, dtype=[("x", "f8"), ("n", "i4"), ("tag", "S8")])  # 1.4 MB, structured
+    records["n"] = np.arange(len(records))
+    any_pool.push({"big": big, "records": records, "small": np.ones(3)})
+    same = any_pool.run("(big.shape, float(big.sum()), big.flags.writeable, int(records['n'][-1]), "
+                        "records.dtype.names, small.sum())").value
+    assert set(same.values()) == {(big.shape, float(big.sum()), True, 69_999, ("x", "n", "tag"), 3.0)}
+    any_pool.run("big[0, 0] = rank")  # each rank's copy is its own
+    pulled = any_pool.pull("big")
+    assert [part[0, 0] for part in pulled] == list(range(any_pool.size))
+    np.testing.assert_array_equal(pulled[-1][1:], big[1:])
+    any_pool.scatter("rows", big)
+    np.testing.assert_array_equal(any_pool.gather("rows"), big)
+    assert any_pool.pull("rows", targets=[0])[0].shape[1:] == (2,)
+    assert _shared_files() == before, "every file in shared memory is removed"
+
+
 def test_scatter_refuses_a_scalar(any_pool):
     with pytest.raises(ValueError, match="at least one dimension"):
         any_pool.scatter("s", 5)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .. import rank as _rank
 from .._ranges import format_ranks
+from .._shared import SharedArray, read, remove, worth_sharing, write
 from ._supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -18,7 +20,13 @@ def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[in
         raise TypeError(f"push takes a dict of {{name: value}}, not {type(namespace).__name__}")
     for name in namespace:
         _check_name(name)
-    supervisor.view(ranks).push(dict(namespace), block=True)
+    usual = dict(namespace)
+    if supervisor.settings.on_this_host:
+        for name, value in namespace.items():
+            if worth_sharing(value) and _through_shared_memory(supervisor, name, value, ranks, None):
+                del usual[name]
+    if usual:
+        supervisor.view(ranks).push(usual, block=True)
 
 
 def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
@@ -27,7 +35,15 @@ def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
     lacking = [rank for rank, absent in zip(ranks, view.apply_sync(_is_undefined, name)) if absent]
     if lacking:
         raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
-    return list(view.pull(name, block=True))
+    if not supervisor.settings.on_this_host:
+        return list(view.pull(name, block=True))
+    offers = view.apply_sync(_rank.offer, name)
+    try:
+        return [read(what) if how == "shared" else what for how, what in offers]
+    finally:
+        for how, what in offers:
+            if how == "shared":
+                remove(what["path"])
 
 
 def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int]) -> None:
@@ -37,9 +53,34 @@ def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int
     data = np.asarray(array)
     if data.ndim == 0:
         raise ValueError("scatter needs an array with at least one dimension")
+    blocks = np.array_split(np.arange(len(data)), len(ranks))
+    rows = [(int(block[0]), int(block[-1]) + 1) if len(block) else (0, 0) for block in blocks]
+    if supervisor.settings.on_this_host and worth_sharing(data) and _through_shared_memory(
+            supervisor, name, data, ranks, rows):
+        return
     for engine, block in zip(supervisor.engines(ranks), np.array_split(data, len(ranks))):
         supervisor.client[engine].push({name: block}, block=False)
     supervisor.client.wait()
+
+
+def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray, ranks: list[int],
+                           rows: list[tuple[int, int]] | None) -> bool:
+    """Each rank reads ``array`` (or its ``rows``) from one copy in shared memory; ``False`` if
+    shared memory cannot hold it (then it goes the usual way)."""
+    try:
+        shared = write(array)
+    except OSError:
+        return False
+    try:
+        pending = []
+        for i, engine in enumerate(supervisor.engines(ranks)):
+            mine: SharedArray = {**shared, "rows": list(rows[i]) if rows is not None else None}
+            pending.append(supervisor.client[engine].apply_async(_rank.take, name, mine))
+        for reply in pending:
+            reply.get()  # a rank that could not take it (out of memory) raises here
+    finally:
+        remove(shared["path"])
+    return True
 
 
 def gather(supervisor: Supervisor, name: str, ranks: list[int]) -> np.ndarray:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .._protocol import Hello, Limits, Reply
+    from .._shared import SharedArray
 
-__all__ = ["hello", "init", "reset", "run_cell", "run_file"]
+__all__ = ["hello", "init", "offer", "reset", "run_cell", "run_file", "take"]
 
 
 def init() -> None:
@@ -49,3 +50,28 @@ def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Li
     from ._execute import run_file
 
     return run_file(path, args, stdin, cwd, limits)
+
+
+def take(name: str, shared: SharedArray) -> None:
+    """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb._shared`)."""
+    from IPython import get_ipython
+
+    from .._shared import read
+
+    get_ipython().user_ns[name] = read(shared)
+
+
+def offer(name: str) -> tuple[str, object]:
+    """``("shared", where)`` for a large array, put in shared memory for the notebook to read;
+    ``("value", value)`` for anything else, sent the usual way."""
+    from IPython import get_ipython
+
+    from .._shared import worth_sharing, write
+
+    value = get_ipython().user_ns[name]
+    if worth_sharing(value):
+        try:
+            return "shared", write(value)
+        except OSError:  # shared memory full: the usual way
+            pass
+    return "value", value

@@ -1,0 +1,82 @@
+"""Large arrays between the notebook and ranks on the same host, through shared memory.
+
+ipyparallel sends a pushed value to each rank through the controller: one serialized copy per
+rank, each crossing two sockets. Between processes on one host, a file in ``/dev/shm`` (memory,
+not disk) carries it instead: written once, read once by each rank, in parallel. Used by both
+sides; the notebook removes every file it or a rank wrote once the transfer has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING, TypedDict, TypeGuard
+
+if TYPE_CHECKING:
+    import numpy as np
+
+SHARED_MEMORY = "/dev/shm"
+SMALLEST = 1 << 20  # smaller arrays go through ipyparallel, whose overhead is then the cost
+
+
+class SharedArray(TypedDict):
+    """Where an array waits in shared memory, and how to read it back (rows: a slice of the first
+    axis, for one rank's block of a scatter)."""
+
+    path: str
+    dtype: object  # numpy's description of the dtype (numpy.lib.format.dtype_to_descr)
+    shape: list[int]
+    rows: list[int] | None
+
+
+def worth_sharing(value: object) -> TypeGuard[np.ndarray]:
+    """Whether ``value`` is a large plain array (objects and small arrays go through ipyparallel)."""
+    import sys
+
+    numpy = sys.modules.get("numpy")  # an array exists only if numpy was imported
+    return (numpy is not None and isinstance(value, numpy.ndarray) and value.nbytes >= SMALLEST and value.ndim > 0
+            and not value.dtype.hasobject and os.path.isdir(SHARED_MEMORY))
+
+
+def write(array: np.ndarray) -> SharedArray:
+    """``array`` in a new file in shared memory; ``OSError`` if it does not fit (the caller then
+    sends it the usual way)."""
+    path = os.path.join(SHARED_MEMORY, f"mpinb-{os.getpid()}-{uuid.uuid4().hex}")
+    try:
+        with open(path, "xb") as handle:
+            handle.write(_contiguous(array).reshape(-1).view("u1").data)
+    except BaseException:
+        remove(path)
+        raise
+    import numpy as np
+
+    dtype = np.lib.format.dtype_to_descr(array.dtype)  # a structured dtype keeps its fields
+    return {"path": path, "dtype": dtype, "shape": list(array.shape), "rows": None}
+
+
+def read(shared: SharedArray) -> np.ndarray:
+    """A copy of the array (or of its rows), the reader's own."""
+    import numpy as np
+
+    dtype = np.lib.format.descr_to_dtype(shared["dtype"])  # type: ignore[arg-type]  # a str too
+    shape = shared["shape"]
+    row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    first, stop = shared["rows"] if shared["rows"] is not None else (0, shape[0])
+    out = np.empty([stop - first, *shape[1:]], dtype=dtype)
+    with open(shared["path"], "rb") as handle:
+        handle.seek(first * row)
+        handle.readinto(out.reshape(-1).view("u1").data)
+    return out
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
