@@ -88,7 +88,8 @@ def _kill_namespace(namespace: str) -> None:
 
 
 def on_host(host: Host, command: list[str]) -> list[str]:
-    """``command`` as a process of ``host``: its network, its host name, its /etc/hosts, its /tmp."""
+    """``command`` as a process of ``host``: its network, its host name, its /etc/hosts, its /tmp
+    and /dev/shm (MPI's shared memory between the ranks of one host)."""
     # `ip netns exec` mounts a fresh /sys, without the cgroup file systems that slurmd looks for:
     # an empty tmpfs there lets it mount what it needs (CgroupAutomount), in this mount namespace.
     # A /tmp of its own, as real hosts have (Slurm's PMIx server makes the same folder on each),
@@ -97,7 +98,8 @@ def on_host(host: Host, command: list[str]) -> list[str]:
     shared_in_tmp = "".join(f" && mkdir -p /tmp/{name} && mount --bind {outer}/{name} /tmp/{name}"
                             for name in _tops_in_tmp())
     script = (f"mount --bind {host.shared}/hosts /etc/hosts && mount -t tmpfs cgroup_root /sys/fs/cgroup && "
-              f"mkdir -p {outer} && mount --bind /tmp {outer} && mount -t tmpfs host_tmp /tmp"
+              f"mkdir -p {outer} && mount --bind /tmp {outer} && mount -t tmpfs host_tmp /tmp && "
+              "mount -t tmpfs host_shm /dev/shm"
               f"{shared_in_tmp} && hostname {host.name} && exec \"$@\"")
     return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
             "sh", "-c", script, "sh", *command]

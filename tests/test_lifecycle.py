@@ -83,6 +83,29 @@ def test_start_stop_restart_leave_nothing_behind(existing_pools):
     assert not pool.running
 
 
+def _mpi_segments() -> set[str]:
+    import glob
+
+    from mpinb.pool._supervisor import MPI_SEGMENT_PREFIXES
+
+    return {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="MPI's shared memory lives in /dev/shm on Linux")
+def test_mpi_shared_memory_is_removed_with_the_pool_also_after_a_rank_died():
+    """Ranks exit without MPI_Finalize, which would have removed MPI's shared-memory files."""
+    before = _mpi_segments()
+    with mpinb.Pool(3) as pool:
+        pool.run("import numpy as np\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
+        used = _mpi_segments() - before
+        assert used, "the ranks share memory through files in /dev/shm"
+        with pytest.raises(mpinb.RankDiedError):
+            pool.run("import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()")
+        assert not used & _mpi_segments(), "the dead pool's files are gone"
+        pool.run("import numpy as np\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
+    assert _mpi_segments() == before, "and the restarted pool's"
+
+
 def test_dead_notebook_process_takes_its_pool_with_it(tmp_path, existing_pools):
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
