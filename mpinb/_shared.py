@@ -69,6 +69,15 @@ def read(shared: SharedArray) -> np.ndarray:
     return out
 
 
+def remove_written_by(pids: list[int]) -> None:
+    """Every file that these processes wrote (see :func:`write`), after a transfer that failed."""
+    import glob
+
+    for pid in pids:
+        for path in glob.glob(os.path.join(SHARED_MEMORY, f"mpinb-{pid}-*")):
+            remove(path)
+
+
 def remove(path: str) -> None:
     try:
         os.unlink(path)

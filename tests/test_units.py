@@ -351,3 +351,13 @@ def test_the_live_view_is_sent_only_what_is_new(monkeypatch):
     assert view.stdout == ["hello world\n", "more\n"] and view.state == ["ok", "ok"]
     assert view.merged == [[0, "stdout", "hello "], [1, "stderr", "warning\n"], [0, "stdout", "world\n"],
                            [1, "stdout", "more\n"]]
+
+
+@pytest.mark.parametrize("count, parts", [(10, 4), (3, 4), (100, 7), (0, 3), (5, 1)])
+def test_scatter_rows_split_as_numpy_does(count, parts):
+    from mpinb.pool._data import _split_rows
+
+    expected = [len(block) for block in np.array_split(np.arange(count), parts)]
+    rows = _split_rows(count, parts)
+    assert [stop - first for first, stop in rows] == expected
+    assert rows[0][0] == 0 and rows[-1][1] == count and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))

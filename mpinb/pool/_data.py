@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import rank as _rank
 from .._ranges import format_ranks
-from .._shared import SharedArray, read, remove, worth_sharing, write
+from .._shared import SharedArray, read, remove, remove_written_by, worth_sharing, write
 from ._supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -37,7 +37,11 @@ def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
         raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
     if not supervisor.settings.on_this_host:
         return list(view.pull(name, block=True))
-    offers = view.apply_sync(_rank.offer, name)
+    try:
+        offers = view.apply_sync(_rank.offer, name)
+    except BaseException:  # the ranks that did offer left files: theirs carry their pid
+        remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
+        raise
     try:
         return [read(what) if how == "shared" else what for how, what in offers]
     finally:
@@ -53,14 +57,21 @@ def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int
     data = np.asarray(array)
     if data.ndim == 0:
         raise ValueError("scatter needs an array with at least one dimension")
-    blocks = np.array_split(np.arange(len(data)), len(ranks))
-    rows = [(int(block[0]), int(block[-1]) + 1) if len(block) else (0, 0) for block in blocks]
     if supervisor.settings.on_this_host and worth_sharing(data) and _through_shared_memory(
-            supervisor, name, data, ranks, rows):
+            supervisor, name, data, ranks, _split_rows(len(data), len(ranks))):
         return
     for engine, block in zip(supervisor.engines(ranks), np.array_split(data, len(ranks))):
         supervisor.client[engine].push({name: block}, block=False)
     supervisor.client.wait()
+
+
+def _split_rows(count: int, parts: int) -> list[tuple[int, int]]:
+    """``[first, stop)`` of each part, as ``numpy.array_split`` splits ``count`` rows."""
+    size, bigger = divmod(count, parts)
+    bounds = [0]
+    for part in range(parts):
+        bounds.append(bounds[-1] + size + (part < bigger))
+    return list(zip(bounds, bounds[1:]))
 
 
 def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray, ranks: list[int],
