@@ -5,6 +5,7 @@ Kept apart from ``Pool`` so that a new site (a cluster, another MPI) is a matter
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -51,7 +52,7 @@ class LaunchSettings:
         """Whether mpiexec starts the ranks from here (on this host or, given hosts, on others)."""
         return self.launcher in LOCAL_LAUNCHERS
 
-    @property
+    @functools.cached_property
     def on_this_host(self) -> bool:
         """Whether every rank runs on this host: their processes can be watched and signalled
         from here, and the controller need only listen on loopback."""
