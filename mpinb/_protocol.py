@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # only named in annotations, which are never evaluated here (
 DEATHWATCH_ENVIRONMENT = "MPINB_DEATHWATCH"
 # The key under which a blocked rank publishes its wait on ipyparallel's data channel.
 WAIT_KEY = "mpinb_wait"
+# The key under which a rank of a relayed run says that its part is over (see mpinb.rank._relay).
+DONE_KEY = "mpinb_done"
 
 WaitKind = Literal["send", "recv", "collective", "wait"]
 
@@ -85,6 +87,14 @@ class Reply(TypedDict):
     trace: Recording | None
     dropped_lines: int
     elapsed: float
+    wrote: bool  # printed or displayed anything (the notebook then waits for that output)
+
+
+class Done(TypedDict):
+    """Published by a rank of a relayed run when its part is over and the notebook must know
+    before the whole run's reply: it failed, it wrote output, or the others are still busy."""
+
+    error: bool
 
 
 class Hello(TypedDict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,85 @@ def test_keyboard_interrupt_stops_the_ranks_and_the_pool_survives(pool4):
     assert all(f.type == "KeyboardInterrupt" for f in pool4.last_result.errors.values())
     assert pool4.pull("started") == [True] * 4, "the ranks keep what they did before the interrupt"
     assert pool4.run("comm.allreduce(rank)").value == {r: 6 for r in range(4)}
+
+
+# -- runs relayed by rank 0 (mpinb.rank._relay) ---------------------------------------------------
+
+
+def test_a_run_on_several_ranks_costs_the_notebook_one_request(pool4):
+    history = pool4._supervisor.client.history
+    before = len(history)
+    res = pool4.run("print('hello from', rank)\nrank", targets="1-3")
+    assert len(history) == before + 1, "one request to rank 0, which relays the run"
+    assert res.value == {1: 1, 2: 2, 3: 3}
+    assert res.stdout == {r: f"hello from {r}\n" for r in (1, 2, 3)}
+
+
+def test_output_of_a_relayed_rank_arrives_while_the_run_goes_on(pool4):
+    seen: list[tuple[int, float]] = []
+    began = time.monotonic()
+
+    def on_output(rank: int, kind: str, data: object) -> None:
+        if kind == "stdout":
+            seen.append((rank, time.monotonic() - began))
+
+    pool4.run("import sys, time\nif rank == 2:\n    print('early', flush=True)\ntime.sleep(1.5)",
+              on_output=on_output)
+    early = [at for rank, at in seen if rank == 2]
+    assert early and early[0] < 1.2, f"rank 2's line came at {early} s, not before the run ended (1.5 s)"
+
+
+def test_a_late_reply_is_not_mixed_into_the_next_run(pool4):
+    """A rank that ignores the interrupt answers after rank 0 stopped gathering; its reply to the
+    abandoned run must not count as its reply to the next one."""
+    stubborn = (
+        "import time\n"
+        "if rank == 3:\n"
+        "    try:\n"
+        "        time.sleep(30)\n"
+        "    except KeyboardInterrupt:\n"
+        "        time.sleep(2.5)\n"
+        "    late = 'stale'\n"
+        "'late' if rank == 3 else 'on time'"
+    )
+    with pytest.raises(TimeoutError, match="rank 3 did not stop"):
+        pool4.run(stubborn, timeout=1)
+    res = pool4.run("rank * 10", timeout=20)
+    assert res.value == {0: 0, 1: 10, 2: 20, 3: 30}
+    assert pool4.pull("late", targets=3) == ["stale"]
+
+
+def test_while_rank_0_is_busy_other_ranks_still_run(pool4):
+    with pytest.raises(TimeoutError):
+        pool4.run("import time\nif rank == 0:\n    try:\n        time.sleep(30)\n"
+                  "    except KeyboardInterrupt:\n        time.sleep(3)", timeout=0.5)
+    began = time.monotonic()
+    res = pool4.run("rank", targets=[1, 2])
+    assert res.value == {1: 1, 2: 2}
+    assert time.monotonic() - began < 1.5, "sent to ranks 1 and 2 directly, not queued behind rank 0"
+    time.sleep(3)
+    assert pool4.run("rank").value == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_the_relay_drops_messages_that_are_not_signed(pool4, tmp_path):
+    """Anyone on the host can connect to rank 0's sockets; only the pool's signed messages count."""
+    import pickle
+
+    import zmq
+
+    from mpinb import rank as _rank
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "planted"), "w"))
+
+    _, replies = pool4.call(_rank.open_hub, "127.0.0.1")  # the open hub's addresses
+    intruder = zmq.Context.instance().socket(zmq.PUSH)
+    intruder.setsockopt(zmq.LINGER, 0)
+    try:
+        intruder.connect(replies)
+        intruder.send_multipart([b"1 1", pickle.dumps(Planted()), b"not a signature"])
+        assert pool4.run("rank").value == {0: 0, 1: 1, 2: 2, 3: 3}
+    finally:
+        intruder.close()
+    assert not (tmp_path / "planted").exists()

@@ -219,12 +219,14 @@ class Pool:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
         if outcome.stopped == "died":
+            outcome.pending.forget()
             raise self._after_death(supervisor, outcome.dead)
-        result = self.last_result = collect(supervisor.client, outcome, self.size)
+        result = self.last_result = collect(outcome, self.size)
+        outcome.pending.forget()
         if outcome.stopped or outcome.released:
             self._fresh_world()
         if outcome.stopped:
-            raise stopped_error(supervisor.client, outcome, timeout)
+            raise stopped_error(outcome, timeout)
         if check:
             result.raise_for_errors()
         return result

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .._protocol import Reply
 from .._ranges import format_ranks
@@ -14,6 +13,7 @@ from .._values import unpack
 from ..errors import DeadlockError, MPIHangError
 from ..trace import Trace
 from ._hang import Diagnosis, HangWatch
+from ._pending import Direct, Pending, Relayed
 from ._result import RankFailure, RunResult
 from ._streams import OutputCallback, StreamTracker
 from ._supervisor import Supervisor
@@ -29,7 +29,7 @@ _POLL = 0.05
 class Outcome:
     """How a run ended; ``stopped`` is ``"timeout"``, ``"interrupt"``, ``"died"`` or ``None``."""
 
-    pending: Any  # ipyparallel.AsyncResult
+    pending: Pending
     ranks: list[int]
     elapsed: float = 0.0
     stopped: str | None = None
@@ -42,11 +42,16 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
            size: int, timeout: float | None, on_output: OutputCallback | None) -> Outcome:
     """Run ``call(*args)`` on ``ranks`` and follow it until every rank replied or it must stop."""
     started = time.perf_counter()
-    pending = supervisor.view(ranks).apply_async(call, *args)
+    pending: Pending
+    if supervisor.can_relay(ranks):
+        pending = Relayed(supervisor, call.__name__, args, ranks)
+    else:
+        pending = Direct(supervisor, call, args, ranks)
+    supervisor.running(pending)
     outcome = Outcome(pending, ranks)
     tracker = StreamTracker(pending, ranks)
     watch = HangWatch(ranks, idle=[r for r in range(size) if r not in ranks])
-    failures = _FirstFailure(supervisor.client, pending)
+    failure_seen_at: float | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while not pending.ready():
@@ -58,13 +63,13 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
             if outcome.dead:
                 outcome.stopped = "died"
                 return outcome
-            done = finished(supervisor.client, pending)
+            done = pending.finished()
             news = watch.update(pending.data, done)
             if news is not None and on_output is not None:
                 on_output(ranks[0], "hang", news.text())
-            if failures.seen_at is None:
-                failures.check(done)
-            elif not outcome.released and time.monotonic() - failures.seen_at > RELEASE_AFTER:
+            if failure_seen_at is None:
+                failure_seen_at = time.monotonic() if pending.failure_seen() else None
+            elif not outcome.released and time.monotonic() - failure_seen_at > RELEASE_AFTER:
                 # mpi4py's own runner aborts every rank when one fails; we interrupt the rest
                 # (they are usually waiting for the failed one) and keep the pool.
                 outcome.released = [r for r, over in zip(ranks, done) if not over]
@@ -89,37 +94,10 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     return outcome
 
 
-class _FirstFailure:
-    """Notices the first finished rank whose reply carries an error (each reply fetched once)."""
-
-    def __init__(self, client: Any, pending: Any):
-        self.client, self.pending = client, pending
-        self.seen_at: float | None = None
-        self._fetched: set[str] = set()
-
-    def check(self, done: list[bool]) -> None:
-        for msg_id, over in zip(self.pending.msg_ids, done):
-            if not over or msg_id in self._fetched:
-                continue
-            self._fetched.add(msg_id)
-            try:
-                reply = self.client.get_result(msg_id).get(timeout=1)
-            except Exception as err:  # noqa: BLE001 - the request itself failed
-                reply = err
-            if isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error")):
-                self.seen_at = time.monotonic()
-                return
-
-
-def finished(client: Any, pending: Any) -> list[bool]:
-    """Per rank of the run: whether its reply has arrived."""
-    return [msg_id not in client.outstanding for msg_id in pending.msg_ids]
-
-
-def stopped_error(client: Any, outcome: Outcome, timeout: float | None) -> BaseException:
+def stopped_error(outcome: Outcome, timeout: float | None) -> BaseException:
     """The exception for a run that was interrupted or timed out, with the hang's diagnosis."""
     what = "was interrupted" if outcome.stopped == "interrupt" else f"did not finish within {timeout:g} s"
-    busy = [r for r, over in zip(outcome.ranks, finished(client, outcome.pending)) if not over]
+    busy = [r for r, over in zip(outcome.ranks, outcome.pending.finished()) if not over]
     text = f"the run {what}; the ranks were sent an interrupt."
     if busy:
         text += (
@@ -138,12 +116,12 @@ def stopped_error(client: Any, outcome: Outcome, timeout: float | None) -> BaseE
     return KeyboardInterrupt(text) if outcome.stopped == "interrupt" else TimeoutError(text)
 
 
-def collect(client: Any, outcome: Outcome, size: int) -> RunResult:
+def collect(outcome: Outcome, size: int) -> RunResult:
     """What each rank of the run printed, displayed, returned, raised and recorded."""
     pending, ranks = outcome.pending, outcome.ranks
     result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released,
                        stopped=outcome.stopped)
-    replies = _replies(client, pending)
+    replies = pending.replies()
     recorded = {r: reply["trace"] for r, reply in zip(ranks, replies)
                 if isinstance(reply, dict) and reply["trace"] is not None}
     if recorded:
@@ -165,29 +143,6 @@ def collect(client: Any, outcome: Outcome, size: int) -> RunResult:
             result.errors[rank] = _failure_from_remote(reply)
         # else: still running after an interrupt
     return result
-
-
-def _replies(client: Any, pending: Any) -> list[Reply | BaseException | None]:
-    """Each rank's reply: our record dict, an exception for a failed request, None if still running.
-
-    Our rank functions catch every error of user code, so the slow path (asking per message)
-    only runs when a request itself failed (a rank died) or ranks are still busy.
-    """
-    if pending.ready():
-        try:
-            return list(pending.get())
-        except Exception:  # noqa: BLE001 - fall through to one message at a time
-            pass
-    replies: list[Reply | BaseException | None] = []
-    for msg_id, over in zip(pending.msg_ids, finished(client, pending)):
-        if not over:
-            replies.append(None)
-            continue
-        try:
-            replies.append(client.get_result(msg_id).get(timeout=5))
-        except Exception as err:  # noqa: BLE001 - a rank's failure is data here
-            replies.append(err)
-    return replies
 
 
 def _failure_from_remote(err: BaseException) -> RankFailure:

@@ -39,6 +39,7 @@ from ._launch import (
     slurm_job_files,
     srun_arguments,
 )
+from ._pending import Pending, Relayed
 from ._watchdog import in_sessions
 
 _POLL = 0.01
@@ -46,6 +47,10 @@ _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _contr
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # What ipyparallel tells engines through the environment (send_engines_connection_env).
 ENGINE_CONNECTION_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
+
+
+# How long the ranks get to subscribe to rank 0's relay of runs once they all answered.
+RELAY_JOIN_TIMEOUT = 10.0
 
 
 class Supervisor:
@@ -64,6 +69,8 @@ class Supervisor:
         self._processes: list[psutil.Process] = []
         self._next_remote_check = 0.0
         self._mpi_segments: set[tuple[str, int]] = set()  # MPI's shared memory of local ranks
+        self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
+        self._rank0_request: Any = None  # the last run that rank 0 took part in
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -196,6 +203,45 @@ class Supervisor:
             self.deaths.watch_pids({rank: info["pid"] for rank, info in self.ranks_info.items()})
         if self.settings.on_this_host:
             self._mpi_segments |= mpi_segments(info["pid"] for info in self.ranks_info.values())
+        self._open_relay()
+
+    def _open_relay(self) -> None:
+        """Rank 0 opens the relay of runs and every other rank follows it (see mpinb.rank._relay)."""
+        n = self.settings.n
+        if n == 1:
+            return
+        toward = "127.0.0.1" if self.settings.on_this_host else (
+            self.controller_ip if self.controller_ip not in (None, "*") else controller_location())
+        leader = self.client[self.engine_of[0]]
+        addresses = leader.apply_async(_rank.open_hub, toward).get(timeout=self.start_timeout)
+        others = self.client.direct_view(self.engines(list(range(1, n))))
+        others.apply_async(_rank.join, addresses).get(timeout=self.start_timeout)
+        members = leader.apply_async(_rank.hub_ready, n - 1, RELAY_JOIN_TIMEOUT).get(
+            timeout=RELAY_JOIN_TIMEOUT + self.start_timeout)
+        if members < n - 1:
+            raise PoolStartError(
+                f"only {members} of {n - 1} ranks could reach rank 0 at {addresses[0]} within "
+                f"{RELAY_JOIN_TIMEOUT:g} s (rank 0 relays each run to the others): a firewall between "
+                "the hosts, or a name that resolves differently on them? Pool(controller_ip=...) "
+                "sets the address to use."
+            )
+        self.relaying = True
+
+    def can_relay(self, ranks: list[int]) -> bool:
+        """Relay a run through rank 0 when it goes to several ranks and rank 0 is free to relay
+        (a run that rank 0 is still busy with would hold the new one back)."""
+        if not self.relaying or len(ranks) < 2:
+            return False
+        return 0 in ranks or not self.rank0_busy()
+
+    def rank0_busy(self) -> bool:
+        request = self._rank0_request
+        return request is not None and not request.ready()
+
+    def running(self, pending: Pending) -> None:
+        """Note the run just sent: one that rank 0 relays or takes part in keeps it busy."""
+        if isinstance(pending, Relayed) or 0 in pending.ranks:
+            self._rank0_request = pending.request
 
     def dead_process(self) -> str | None:
         """Why the controller or the MPI job is gone, if one of them is."""

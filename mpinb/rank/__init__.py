@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .._protocol import Hello, Limits, Reply
     from .._shared import SharedArray
 
-__all__ = ["hello", "init", "offer", "reset", "run_cell", "run_file", "take"]
+__all__ = ["hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "reset", "run_cell", "run_file", "take"]
 
 
 def init() -> None:
@@ -50,6 +50,34 @@ def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Li
     from ._execute import run_file
 
     return run_file(path, args, stdin, cwd, limits)
+
+
+def open_hub(toward: str) -> tuple[str, str]:
+    """On rank 0: open the relay of runs (see :mod:`._relay`)."""
+    from ._relay import open_hub
+
+    return open_hub(toward)
+
+
+def join(addresses: tuple[str, str]) -> None:
+    """On the other ranks: follow rank 0's relay (see :mod:`._relay`)."""
+    from ._relay import join
+
+    join(addresses)
+
+
+def hub_ready(members: int, timeout: float) -> int:
+    """On rank 0: how many ranks follow the relay, once all do or ``timeout`` passed."""
+    from ._relay import hub_ready
+
+    return hub_ready(members, timeout)
+
+
+def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None]:
+    """On rank 0: run ``call`` on ``ranks`` through the relay (see :func:`._relay.relay`)."""
+    from ._relay import relay
+
+    return relay(call, args, ranks)
 
 
 def take(name: str, shared: SharedArray) -> None:

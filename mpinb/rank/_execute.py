@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from .._protocol import Failure, Limits, Reply
 from .._values import pack
-from . import _waiting
+from . import _output, _waiting
 from ._output import capped_output
 from ._tracing import recording
 
@@ -72,12 +72,15 @@ def _ends_quietly(source: str) -> bool:
 
 
 _running_user_code = False
+interrupts = 0  # SIGINTs received so far, in user code or not (a relaying rank 0 watches this)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     """SIGINT (the notebook's stop button, or the pool releasing ranks) interrupts user code
     only. One that arrives as a run ends must not break mpinb's own clean-up, which puts
     mpi4py's objects back after an untraced run and restores the output streams."""
+    global interrupts
+    interrupts += 1
     if _running_user_code:
         raise KeyboardInterrupt
 
@@ -91,8 +94,9 @@ def install_interrupt_handler() -> None:
 def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     global _running_user_code
     record: Reply = {"value": None, "repr": "", "why": "", "has_value": False, "error": None,
-                     "trace": None, "dropped_lines": 0, "elapsed": 0.0}
+                     "trace": None, "dropped_lines": 0, "elapsed": 0.0, "wrote": False}
     start = time.perf_counter()
+    displays_before = _output.displays
     install_interrupt_handler()
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"])
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
@@ -116,6 +120,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
         _show_figures()
     record["trace"] = traced["trace"]
     record["dropped_lines"] = dropped["lines"]
+    record["wrote"] = bool(dropped["wrote"]) or _output.displays != displays_before
     record["elapsed"] = time.perf_counter() - start
     return record
 

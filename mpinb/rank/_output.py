@@ -17,8 +17,10 @@ class CappedStream:
         self._chars_left = max_chars
         self.dropped_lines = 0
         self.dropped_chars = 0
+        self.wrote = False
 
     def write(self, text: str) -> int:
+        self.wrote = self.wrote or bool(text)
         if self.dropped_chars:
             self._drop(text)
             return len(text)
@@ -53,10 +55,29 @@ class CappedStream:
         return getattr(self._stream, name)
 
 
+# How many display messages (rich outputs, figures, clear_output) this rank has sent.
+displays = 0
+
+
+def count_displays(display_pub) -> None:
+    """Count what the rank's display publisher sends (a relayed run's notebook side then waits
+    for it, as it does for printed text)."""
+    for name in ("publish", "clear_output"):
+        send = getattr(display_pub, name)
+
+        def counted(*args, _send=send, **kwargs):
+            global displays
+            displays += 1
+            return _send(*args, **kwargs)
+
+        setattr(display_pub, name, counted)
+
+
 @contextmanager
 def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
-    """Cap ``sys.stdout``/``sys.stderr`` for the duration; yields a dict of what was dropped."""
-    dropped = {"lines": 0, "chars": 0}
+    """Cap ``sys.stdout``/``sys.stderr`` for the duration; yields a dict of what was dropped
+    (and, under ``"wrote"``, whether anything was written)."""
+    dropped = {"lines": 0, "chars": 0, "wrote": 0}
     saved = sys.stdout, sys.stderr
     out = CappedStream(saved[0], max_lines, max_chars)
     err = CappedStream(saved[1], max_lines, max_chars)
@@ -65,6 +86,7 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
         yield dropped
     finally:
         sys.stdout, sys.stderr = saved
+        dropped["wrote"] = int(out.wrote or err.wrote)
         for capped, stream in ((out, saved[0]), (err, saved[1])):
             if capped.dropped_chars:
                 dropped["lines"] += capped.dropped_lines

@@ -38,7 +38,11 @@ def _init() -> None:
     from ._deathwatch import report_for_duty
 
     report_for_duty(world.Get_rank())
-    namespace = get_ipython().user_ns
+    shell = get_ipython()
+    namespace = shell.user_ns
+    from ._output import count_displays
+
+    count_displays(shell.display_pub)
     namespace.update(MPI=MPI, comm=world, rank=world.Get_rank(), size=world.Get_size(), np=_lazy("numpy"))
     install(namespace)
     # The pool owns MPI's lifetime: a script's MPI.Finalize() must not break the next cell.

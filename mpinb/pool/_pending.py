@@ -1,0 +1,167 @@
+"""A run in flight, seen per rank: sent to each rank directly, or relayed by rank 0.
+
+Both kinds answer the same questions (which ranks finished, whether one failed, what each printed,
+published and replied), so that :mod:`._run` follows a run without knowing how it was sent.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+from .. import rank as _rank
+from .._protocol import DONE_KEY, Reply
+
+RankReply = Reply | BaseException | None  # an exception for a failed request, None if still running
+
+
+class Direct:
+    """One ipyparallel request per rank (a single rank, or when rank 0 cannot relay)."""
+
+    def __init__(self, supervisor: Any, call: Any, args: tuple, ranks: list[int]):
+        self.client = supervisor.client
+        self.ranks = ranks
+        self.request = supervisor.view(ranks).apply_async(call, *args)
+        self.msg_ids: list[str] = self.request.msg_ids
+        self._checked: set[str] = set()
+
+    def ready(self) -> bool:
+        return self.request.ready()
+
+    def wait(self, timeout: float) -> None:
+        self.request.wait(timeout)
+
+    @property
+    def stdout(self) -> list[str]:
+        return self.request.stdout
+
+    @property
+    def stderr(self) -> list[str]:
+        return self.request.stderr
+
+    @property
+    def outputs(self) -> list[list[dict]]:
+        return self.request.outputs
+
+    @property
+    def data(self) -> list[dict]:
+        return self.request.data
+
+    def finished(self) -> list[bool]:
+        return [msg_id not in self.client.outstanding for msg_id in self.msg_ids]
+
+    def failure_seen(self) -> bool:
+        """Whether a finished rank's reply carries an error (each reply fetched once)."""
+        for msg_id, over in zip(self.msg_ids, self.finished()):
+            if not over or msg_id in self._checked:
+                continue
+            self._checked.add(msg_id)
+            reply = _fetch(self.client, msg_id, timeout=1)
+            if isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error")):
+                return True
+        return False
+
+    def replies(self) -> list[RankReply]:
+        """Our rank functions catch every error of user code, so the slow path (asking per message)
+        only runs when a request itself failed (a rank died) or ranks are still busy."""
+        if self.request.ready():
+            try:
+                return list(self.request.get())
+            except Exception:  # noqa: BLE001 - fall through to one message at a time
+                pass
+        return [_fetch(self.client, msg_id, timeout=5) if over else None
+                for msg_id, over in zip(self.msg_ids, self.finished())]
+
+    def wait_for_output(self, timeout: float) -> None:
+        self.request.wait_for_output(timeout)
+
+    def forget(self) -> None:
+        """Nothing to clean: ipyparallel drops the metadata of its own requests."""
+
+
+def _fetch(client: Any, msg_id: str, timeout: float) -> RankReply:
+    try:
+        return client.get_result(msg_id).get(timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - a rank's failure is data here
+        return err
+
+
+class Relayed:
+    """One request to rank 0, which relays the run to the other ranks (see ``mpinb.rank._relay``).
+
+    Each rank's output and announcements arrive under its own id, ``<rank 0's msg_id>/<rank>``;
+    rank 0's own under the request's id.
+    """
+
+    def __init__(self, supervisor: Any, call_name: str, args: tuple, ranks: list[int]):
+        self.client = client = supervisor.client
+        self.ranks = ranks
+        self.request = client[supervisor.engine_of[0]].apply_async(_rank.relay, call_name, args, ranks)
+        leader = self.request.msg_ids[0]
+        self.msg_ids = [leader if rank == 0 else f"{leader}/{rank}" for rank in ranks]
+        self._metadata = [self.request._metadata[0] if rank == 0 else client.metadata[msg_id]
+                          for rank, msg_id in zip(ranks, self.msg_ids)]
+        self._replies: list[RankReply] | None = None
+
+    def ready(self) -> bool:
+        return self.request.ready()
+
+    def wait(self, timeout: float) -> None:
+        self.request.wait(timeout)
+
+    @property
+    def stdout(self) -> list[str]:
+        return [md["stdout"] for md in self._metadata]
+
+    @property
+    def stderr(self) -> list[str]:
+        return [md["stderr"] for md in self._metadata]
+
+    @property
+    def outputs(self) -> list[list[dict]]:
+        return [md["outputs"] for md in self._metadata]
+
+    @property
+    def data(self) -> list[dict]:
+        return [md["data"] for md in self._metadata]
+
+    def finished(self) -> list[bool]:
+        if self.request.ready():
+            return [reply is not None for reply in self.replies()]
+        return [DONE_KEY in md["data"] for md in self._metadata]
+
+    def failure_seen(self) -> bool:
+        return any(md["data"].get(DONE_KEY, {}).get("error") for md in self._metadata)
+
+    def replies(self) -> list[RankReply]:
+        if not self.request.ready():
+            return [None] * len(self.ranks)
+        if self._replies is None:
+            try:
+                gathered = self.request.get()
+            except Exception as err:  # noqa: BLE001 - rank 0's request failed: no rank's reply came
+                self._replies = [err] * len(self.ranks)
+            else:
+                self._replies = [pickle.loads(reply) if isinstance(reply, bytes) else reply
+                                 for reply in gathered]
+        return self._replies
+
+    def wait_for_output(self, timeout: float) -> None:
+        """Rank 0's output ends with its request; another rank that wrote says so when its output
+        is sent (after it, on the same channel)."""
+        deadline = time.monotonic() + timeout
+        self.request.wait_for_output(timeout)
+        writers = [md for md, reply in zip(self._metadata, self.replies())
+                   if isinstance(reply, dict) and reply.get("wrote")]
+        while any(DONE_KEY not in md["data"] for md in writers) and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def forget(self) -> None:
+        """Drop the per-rank entries that this run added to the client's metadata."""
+        for rank, msg_id in zip(self.ranks, self.msg_ids):
+            if rank != 0:
+                self.client.metadata.pop(msg_id, None)
+
+
+Pending = Direct | Relayed

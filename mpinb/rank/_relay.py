@@ -1,0 +1,250 @@
+"""Relayed runs: the notebook sends a run to rank 0 only; rank 0 passes it on to the other ranks
+and gathers their replies, so that a cell costs the controller and the notebook two messages
+instead of two per rank (at 16 ranks on 2 cores those messages were most of an empty cell's time,
+and at a thousand ranks they would be all of it).
+
+Idle ranks sit in their engine's event loop, not in MPI (a blocking MPI wait spins), so the relay
+is ZeroMQ: rank 0 publishes each run on a PUB socket that every other rank subscribes to from its
+event loop, and the others push their replies to rank 0. None of this touches MPI, so user code
+sees exactly the MPI state it would under ``mpiexec``. Messages are signed with the engines'
+session key, as ipyparallel signs its own: only the pool's processes can inject a run or a reply.
+
+Each rank's output and status still go to the notebook directly (ipyparallel's IOPub), under a
+per-rank id derived from rank 0's request (``<msg_id>/<rank>``), and only when there is something
+to say: printed text, a failure, or a part that ended while the others are still busy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import pickle
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from .._protocol import DONE_KEY, Done, Reply
+from . import _execute, _waiting
+
+# How long rank 0 keeps gathering replies after an interrupt: the interrupted ranks answer at
+# once, and one that does not is reported as still running (the notebook waits 2 s in all).
+GATHER_AFTER_INTERRUPT = 1.0
+_POLL_MS = 100  # rank 0 looks at the interrupt count this often while it gathers
+
+_RUNS: dict[str, Callable[..., Reply]] = {"run_cell": _execute.run_cell, "run_file": _execute.run_file}
+_cells = itertools.count(1)
+
+
+def _kernel() -> Any:
+    from IPython import get_ipython
+
+    return get_ipython().kernel
+
+
+class _Signer:
+    def __init__(self, key: bytes):
+        self._key = key
+
+    def sign(self, *frames: bytes) -> bytes:
+        digest = hmac.new(self._key, digestmod=hashlib.sha256)
+        for frame in frames:
+            digest.update(frame)
+        return digest.hexdigest().encode()
+
+    def check(self, frames: list[bytes]) -> list[bytes] | None:
+        """The frames before the signature, or None when it does not match."""
+        *body, signature = frames
+        return body if hmac.compare_digest(self.sign(*body), signature) else None
+
+
+class _Hub:
+    """Rank 0's end: publishes runs, gathers replies."""
+
+    def __init__(self, address: str, signer: _Signer):
+        context: zmq.Context = zmq.Context.instance()
+        self.signer = signer
+        self.runs = context.socket(zmq.XPUB)
+        self.runs.setsockopt(zmq.XPUB_VERBOSE, 1)  # one subscription message per member
+        self.runs.setsockopt(zmq.LINGER, 0)
+        self.replies = context.socket(zmq.PULL)
+        self.replies.setsockopt(zmq.LINGER, 0)
+        self.runs.bind(f"tcp://{address}:0")
+        self.replies.bind(f"tcp://{address}:0")
+        self.members = 0
+
+    def addresses(self) -> tuple[str, str]:
+        return (self.runs.getsockopt_string(zmq.LAST_ENDPOINT),
+                self.replies.getsockopt_string(zmq.LAST_ENDPOINT))
+
+    def wait_for_members(self, count: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.members < count and time.monotonic() < deadline:
+            if self.runs.poll(_POLL_MS):
+                if self.runs.recv().startswith(b"\x01"):
+                    self.members += 1
+        return self.members
+
+    def publish(self, kind: bytes, payload: bytes) -> None:
+        self.runs.send_multipart([kind, payload, self.signer.sign(kind, payload)])
+
+    def gather(self, cell: int, ranks: set[int], when_slow: Callable[[], None] | None) -> dict[int, bytes]:
+        """The pickled replies of ``ranks`` to run ``cell``; fewer after an interrupt.
+        ``when_slow()`` is called once if this takes longer than a wait takes to be reported."""
+        got: dict[int, bytes] = {}
+        began, interrupts = time.monotonic(), _execute.interrupts
+        deadline = None
+        while len(got) < len(ranks):
+            if when_slow is not None and time.monotonic() - began > _waiting.REPORT_AFTER:
+                when_slow()
+                when_slow = None
+            if deadline is None and _execute.interrupts != interrupts:
+                deadline = time.monotonic() + GATHER_AFTER_INTERRUPT
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            if not self.replies.poll(min(_POLL_MS, int(_waiting.REPORT_AFTER * 1000))):
+                continue
+            body = self.signer.check(self.replies.recv_multipart())
+            if body is None:
+                continue
+            header, reply = body
+            their_cell, rank = map(int, header.split())
+            if their_cell == cell and rank in ranks:  # older ones: replies to an abandoned run
+                got[rank] = reply
+        return got
+
+
+class _Member:
+    """Every other rank's end: runs what rank 0 publishes, pushes the reply back."""
+
+    def __init__(self, addresses: tuple[str, str], signer: _Signer, rank: int):
+        from zmq.eventloop.zmqstream import ZMQStream
+
+        context: zmq.Context = zmq.Context.instance()
+        self.signer, self.rank = signer, rank
+        self.replies = context.socket(zmq.PUSH)
+        self.replies.setsockopt(zmq.LINGER, 0)
+        self.replies.connect(addresses[1])
+        runs = context.socket(zmq.SUB)
+        runs.setsockopt(zmq.LINGER, 0)
+        runs.setsockopt(zmq.SUBSCRIBE, b"")
+        runs.connect(addresses[0])
+        self.stream = ZMQStream(runs, _kernel().io_loop)
+        self.stream.on_recv(self._on_message)
+        self.finished_cell = 0  # the last run that rank 0 declared over
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        body = self.signer.check(frames)
+        if body is None:
+            return
+        kind, payload = body
+        if kind == b"over":
+            self.finished_cell = int(payload)
+            return
+        cell, call, args, ranks, header = pickle.loads(payload)
+        if self.rank not in ranks:
+            return
+        mine = dict(header, msg_id=f"{header['msg_id']}/{self.rank}")
+        shell = _kernel().shell
+        shell.set_parent(mine)  # output, displays and status go to this rank's id
+        reply = _RUNS[call](*args)
+        if not _announce_now(reply):
+            _kernel().io_loop.call_later(_waiting.REPORT_AFTER, self._announce_if_still_running,
+                                         cell, mine)
+        encoded = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        header_bytes = f"{cell} {self.rank}".encode()
+        self.replies.send_multipart([header_bytes, encoded, self.signer.sign(header_bytes, encoded)])
+
+    def _announce_if_still_running(self, cell: int, parent: dict) -> None:
+        if self.finished_cell < cell:
+            _kernel().shell.data_pub.set_parent(parent)
+            _announce({"error": False})
+
+
+def _announce_now(reply: Reply) -> bool:
+    """Tell the notebook now what it must know before the whole run's reply: that this rank
+    failed (the others are then released) or wrote output (to wait for). Otherwise, if the run is
+    still going after a moment, the caller says later that this rank is done (a hang diagnosis
+    needs it)."""
+    error = reply["error"] is not None
+    if reply["wrote"]:  # its output goes first (a flush waits for the output thread: not for nothing)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if error or reply["wrote"]:
+        _announce({"error": error})
+    return error or reply["wrote"]
+
+
+def _announce(done: Done) -> None:
+    _kernel().shell.data_pub.publish_data({DONE_KEY: done})
+
+
+_hub: _Hub | None = None
+_member: _Member | None = None
+
+
+def _signer() -> _Signer:
+    return _Signer(_kernel().session.key)
+
+
+def open_hub(toward: str) -> tuple[str, str]:
+    """On rank 0: bind the relay's sockets on the address that reaches ``toward`` (the
+    controller's host); return their addresses for the other ranks."""
+    global _hub
+    if _hub is None:
+        _hub = _Hub(_local_address(toward), _signer())
+    return _hub.addresses()
+
+
+def join(addresses: tuple[str, str]) -> None:
+    """On every other rank: subscribe to rank 0's runs."""
+    global _member
+    if _member is None:
+        from mpi4py import MPI
+
+        _member = _Member(addresses, _signer(), MPI.COMM_WORLD.Get_rank())
+
+
+def hub_ready(members: int, timeout: float) -> int:
+    """On rank 0: wait until ``members`` ranks subscribed (a run published before a subscription
+    arrives would be lost to that rank); the number that did."""
+    assert _hub is not None
+    return _hub.wait_for_members(members, timeout)
+
+
+def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None]:
+    """On rank 0, the notebook's one request: run ``call(*args)`` on ``ranks``. Per rank: rank 0's
+    own reply, the others' pickled replies, None for a rank that has not answered (after an
+    interrupt)."""
+    assert _hub is not None
+    cell = next(_cells)
+    header = dict(_kernel().get_parent()["header"])
+    others = set(ranks) - {0}
+    _hub.publish(b"run", pickle.dumps((cell, call, args, ranks, header), protocol=pickle.HIGHEST_PROTOCOL))
+    own: Reply | None = None
+    when_slow: Callable[[], None] | None = None
+    if 0 in ranks:
+        own = _RUNS[call](*args)
+        if not _announce_now(own):
+            when_slow = lambda: _announce({"error": False})
+    try:
+        gathered = _hub.gather(cell, others, when_slow)
+    finally:
+        _hub.publish(b"over", str(cell).encode())
+    return [own if rank == 0 else gathered.get(rank) for rank in ranks]
+
+
+def _local_address(toward: str) -> str:
+    """This host's address on the route to ``toward`` (no packet is sent)."""
+    if toward.startswith("127.") or toward in ("localhost", "::1"):
+        return "127.0.0.1"
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((toward, 9))
+        return probe.getsockname()[0]
+    finally:
+        probe.close()
