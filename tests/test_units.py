@@ -121,7 +121,8 @@ def test_output_is_cut_at_the_line_cap_with_a_count(monkeypatch):
         for i in range(10):
             print(i)
     lines = out.getvalue().splitlines()
-    assert lines[:4] == ["0", "1", "2", ""] and dropped == {"lines": 7, "chars": 14, "wrote": 1}, "no fourth line begins"
+    expected = {"lines": 7, "chars": 14, "wrote": 1}
+    assert lines[:4] == ["0", "1", "2", ""] and dropped == expected, "no fourth line begins"
     assert "7 more lines" in out.getvalue()
 
 
