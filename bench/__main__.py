@@ -20,6 +20,7 @@ import mpinb
 from mpinb.pool import find_mpiexec
 from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 
+from .control import control_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
 from .render import first_paint, record_trace
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data"], help="run only these rows")
+    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control"], help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
     # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.only:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
-                "scale": scale_rows, "data": data_rows}[args.only]()
+                "scale": scale_rows, "data": data_rows, "control": control_rows}[args.only]()
         _report(rows, args.json)
         return 0
 

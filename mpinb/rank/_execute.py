@@ -72,15 +72,13 @@ def _ends_quietly(source: str) -> bool:
 
 
 _running_user_code = False
-interrupts = 0  # SIGINTs received so far, in user code or not (a relaying rank 0 watches this)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     """SIGINT (the notebook's stop button, or the pool releasing ranks) interrupts user code
     only. One that arrives as a run ends must not break mpinb's own clean-up, which puts
     mpi4py's objects back after an untraced run and restores the output streams."""
-    global interrupts
-    interrupts += 1
+    _waiting.interrupts += 1
     if _running_user_code:
         raise KeyboardInterrupt
 

@@ -29,14 +29,14 @@ from typing import Any
 import zmq
 
 from .._protocol import DONE_KEY, Done, Reply
-from . import _execute, _waiting
+from . import _waiting
 
 # How long rank 0 keeps gathering replies after an interrupt: the interrupted ranks answer at
 # once, and one that does not is reported as still running (the notebook waits 2 s in all).
 GATHER_AFTER_INTERRUPT = 1.0
 _POLL_MS = 100  # rank 0 looks at the interrupt count this often while it gathers
 
-_RUNS: dict[str, Callable[..., Reply]] = {"run_cell": _execute.run_cell, "run_file": _execute.run_file}
+_RUNS = ("run_cell", "run_file")
 _cells = itertools.count(1)
 
 
@@ -96,13 +96,13 @@ class _Hub:
         """The pickled replies of ``ranks`` to run ``cell``; fewer after an interrupt.
         ``when_slow()`` is called once if this takes longer than a wait takes to be reported."""
         got: dict[int, bytes] = {}
-        began, interrupts = time.monotonic(), _execute.interrupts
+        began, interrupts = time.monotonic(), _waiting.interrupts
         deadline = None
         while len(got) < len(ranks):
             if when_slow is not None and time.monotonic() - began > _waiting.REPORT_AFTER:
                 when_slow()
                 when_slow = None
-            if deadline is None and _execute.interrupts != interrupts:
+            if deadline is None and _waiting.interrupts != interrupts:
                 deadline = time.monotonic() + GATHER_AFTER_INTERRUPT
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -151,7 +151,7 @@ class _Member:
         mine = dict(header, msg_id=f"{header['msg_id']}/{self.rank}")
         shell = _kernel().shell
         shell.set_parent(mine)  # output, displays and status go to this rank's id
-        reply = _RUNS[call](*args)
+        reply = _run(call, args)
         if not _announce_now(reply):
             _kernel().io_loop.call_later(_waiting.REPORT_AFTER, self._announce_if_still_running,
                                          cell, mine)
@@ -163,6 +163,15 @@ class _Member:
         if self.finished_cell < cell:
             _kernel().shell.data_pub.set_parent(parent)
             _announce({"error": False})
+
+
+def _run(call: str, args: tuple) -> Reply:
+    from . import _execute  # imports MPI: not before a rank runs something
+
+    if call not in _RUNS:
+        raise ValueError(f"rank 0 relays {' and '.join(_RUNS)} only, not {call!r}")
+    run: Callable[..., Reply] = getattr(_execute, call)
+    return run(*args)
 
 
 def _announce_now(reply: Reply) -> bool:
@@ -228,7 +237,7 @@ def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None
     own: Reply | None = None
     when_slow: Callable[[], None] | None = None
     if 0 in ranks:
-        own = _RUNS[call](*args)
+        own = _run(call, args)
         if not _announce_now(own):
             when_slow = lambda: _announce({"error": False})
     try:

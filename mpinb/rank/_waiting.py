@@ -26,6 +26,8 @@ _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 # What this rank is waiting for right now (None when it is not in a traced MPI wait).
 current: WaitState | None = None
+# SIGINTs received so far, in user code or not (rank 0 watches it while it gathers replies).
+interrupts = 0
 
 
 def publish(state: WaitState | None) -> None:
