@@ -87,7 +87,9 @@ class Reply(TypedDict):
     trace: Recording | None
     dropped_lines: int
     elapsed: float
-    wrote: bool  # printed or displayed anything (the notebook then waits for that output)
+    wrote: bool  # sent output to the notebook's output channel (the notebook then waits for it)
+    stdout: NotRequired[str]  # a relayed rank's output of a quick part, held back and sent here
+    stderr: NotRequired[str]
 
 
 class Done(TypedDict):

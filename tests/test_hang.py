@@ -87,6 +87,24 @@ def test_receive_that_nobody_sends_to(pool4):
     assert "rank 0 waits for rank 1, which will not take part" in str(info.value)
 
 
+def test_what_a_rank_printed_before_it_hung_shows_while_it_hangs(pool4):
+    """A rank's first moments of output are held back and travel with its reply; a rank that then
+    hangs must not keep them: they show live, before the interrupt."""
+    seen: list[tuple[float, int, str]] = []
+    began = time.monotonic()
+
+    def on_output(rank: int, kind: str, data: object) -> None:
+        if kind == "stdout":
+            seen.append((time.monotonic() - began, rank, str(data)))
+
+    with pytest.raises(mpinb.DeadlockError):
+        pool4.run("print('about to wait', flush=True)\nif rank == 2:\n    comm.recv(source=1, tag=5)",
+                  timeout=3, on_output=on_output)
+    before_timeout = {rank for at, rank, text in seen if "about to wait" in text and at < 2.5}
+    assert 2 in before_timeout, f"rank 2's line did not show before the timeout: {seen}"
+    assert {rank for _, rank, _ in seen} == {0, 1, 2, 3}
+
+
 def test_three_rank_cycle_inside_a_larger_pool(pool4):
     code = ("if rank < 3:\n    comm.send(np.zeros(200_000), dest=(rank + 1) % 3)\n"
             "    comm.recv(source=(rank - 1) % 3)\n")

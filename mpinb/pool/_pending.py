@@ -112,11 +112,19 @@ class Relayed:
 
     @property
     def stdout(self) -> list[str]:
-        return [md["stdout"] for md in self._metadata]
+        return self._text("stdout")
 
     @property
     def stderr(self) -> list[str]:
-        return [md["stderr"] for md in self._metadata]
+        return self._text("stderr")
+
+    def _text(self, stream: str) -> list[str]:
+        """What each rank printed: sent live, or (a quick part's) held back and in its reply."""
+        live = [md[stream] or "" for md in self._metadata]
+        if not self.request.ready():
+            return live
+        return [reply.get(stream, "") + text if isinstance(reply, dict) else text  # type: ignore[operator]
+                for reply, text in zip(self.replies(), live)]
 
     @property
     def outputs(self) -> list[list[dict]]:

@@ -22,14 +22,16 @@ import itertools
 import pickle
 import socket
 import sys
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import zmq
 
 from .._protocol import DONE_KEY, Done, Reply
-from . import _waiting
+from . import _output, _waiting
 
 # How long rank 0 keeps gathering replies after an interrupt: the interrupted ranks answer at
 # once, and one that does not is reported as still running (the notebook waits 2 s in all).
@@ -37,6 +39,9 @@ GATHER_AFTER_INTERRUPT = 1.0
 _POLL_MS = 100  # rank 0 looks at the interrupt count this often while it gathers
 
 _RUNS = ("run_cell", "run_file")
+# How long a relayed rank holds back what it prints (see _HeldOutput); the same moment after which
+# a wait is reported, so that output printed before a hang shows with the hang's diagnosis.
+HOLD_FOR = _waiting.REPORT_AFTER
 _cells = itertools.count(1)
 
 
@@ -136,6 +141,7 @@ class _Member:
         self.stream = ZMQStream(runs, _kernel().io_loop)
         self.stream.on_recv(self._on_message)
         self.finished_cell = 0  # the last run that rank 0 declared over
+        self.output = _HeldOutput()
 
     def _on_message(self, frames: list[bytes]) -> None:
         body = self.signer.check(frames)
@@ -151,7 +157,13 @@ class _Member:
         mine = dict(header, msg_id=f"{header['msg_id']}/{self.rank}")
         shell = _kernel().shell
         shell.set_parent(mine)  # output, displays and status go to this rank's id
-        reply = _run(call, args)
+        displays = _output.displays
+        with self.output.holding():
+            reply = _run(call, args)
+        held = self.output.held_text()
+        if held["stdout"] or held["stderr"]:
+            reply["stdout"], reply["stderr"] = held["stdout"], held["stderr"]
+        reply["wrote"] = self.output.wrote_live or _output.displays != displays
         if not _announce_now(reply):
             _kernel().io_loop.call_later(_waiting.REPORT_AFTER, self._announce_if_still_running,
                                          cell, mine)
@@ -163,6 +175,98 @@ class _Member:
         if self.finished_cell < cell:
             _kernel().shell.data_pub.set_parent(parent)
             _announce({"error": False})
+
+
+class _HeldOutput:
+    """``sys.stdout`` and ``sys.stderr`` of a relayed rank while it runs its part: what it prints
+    in the part's first moments is held back and travels with the reply (one message through
+    rank 0, instead of one per rank through the controller: at a thousand ranks that printed,
+    those messages cost the controller a third of a second per cell). Once the part has lasted
+    ``HOLD_FOR``, the held text and everything after it goes out live, as from rank 0."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[tuple[str, str]] = []
+        self._live: dict[str, TextIO] = {}
+        self.released = True
+        self.wrote_live = False
+        self._release_at: float | None = None
+        self._wake = threading.Condition(self._lock)
+        threading.Thread(target=self._release_when_due, name="mpinb-held-output", daemon=True).start()
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        with self._lock:
+            self._live = {"stdout": sys.stdout, "stderr": sys.stderr}
+            self._held, self.released, self.wrote_live = [], False, False
+            self._release_at = time.monotonic() + HOLD_FOR
+            self._wake.notify()
+        sys.stdout, sys.stderr = _Stream(self, "stdout"), _Stream(self, "stderr")
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = self._live["stdout"], self._live["stderr"]
+            with self._lock:
+                self._release_at = None
+
+    def write(self, name: str, text: str) -> None:
+        with self._lock:
+            if self.released:
+                self.wrote_live = self.wrote_live or bool(text)
+                self._live[name].write(text)
+            else:
+                self._held.append((name, text))
+
+    def held_text(self) -> dict[str, str]:
+        """What the part printed and nobody has seen yet, per stream (empty once released)."""
+        with self._lock:
+            text = {"stdout": "", "stderr": ""}
+            for name, piece in self._held:
+                text[name] += piece
+            self._held = []
+            self.released = True
+            return text
+
+    def _release(self) -> None:  # with the lock held
+        self.released = True
+        for name, text in self._held:
+            self.wrote_live = self.wrote_live or bool(text)
+            self._live[name].write(text)
+        self._held = []
+
+    def _release_when_due(self) -> None:
+        with self._lock:
+            while True:
+                due = self._release_at
+                if due is None or self.released:
+                    self._wake.wait()
+                    continue
+                if time.monotonic() >= due:
+                    self._release()
+                    continue
+                self._wake.wait(due - time.monotonic())
+
+
+class _Stream:
+    """One of the two held streams; anything but writing is the live stream's."""
+
+    def __init__(self, owner: _HeldOutput, name: str):
+        self._owner, self._name = owner, name
+
+    def write(self, text: str) -> int:
+        self._owner.write(self._name, text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._owner.released:
+            self._owner._live[self._name].flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner._live[self._name], name)
 
 
 def _run(call: str, args: tuple) -> Reply:
