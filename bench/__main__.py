@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control"], help="run only these rows")
+    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control"],
+                        help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
     # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for

@@ -29,7 +29,8 @@ def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
         assert "ranks 0-2" in done.inner_text()
         tabs = page.locator(".mpinb-out .tab")
         assert tabs.all_inner_texts()[0] == "All ranks"
-        assert [t.strip() for t in tabs.all_inner_texts()[1:]] == ["rank 0 \u2713", "rank 1 \u2713", "rank 2 \u2713"]
+        assert tabs.all_inner_texts()[1] == "By output"
+        assert [t.strip() for t in tabs.all_inner_texts()[2:]] == ["rank 0 \u2713", "rank 1 \u2713", "rank 2 \u2713"]
         merged = page.locator(".mpinb-out .content").inner_text()
         for rank in range(3):
             assert f"[{rank}] hello 1 from rank {rank} (after a second)" in merged
@@ -41,6 +42,30 @@ def test_per_rank_tabs_render_and_switch(tmp_path, artifacts, existing_pools):
         content = page.locator(".mpinb-out .content").inner_text()
         assert "hello 0 from rank 1" in content and "rank 0" not in content
         page.screenshot(path=os.path.join(artifacts, "per-rank-output-rank1.png"))
+    assert not wait_until_gone(15, existing_pools), "shutting JupyterLab down must stop the notebook's pool"
+
+
+@pytest.mark.timeout(240)
+def test_many_ranks_group_their_output_and_jump_to_a_rank(tmp_path, artifacts, existing_pools):
+    """24 ranks: no tab per rank (they would not fit), but tabs for the failed ones, ranks with the
+    same output shown once, and a box that jumps to any rank."""
+    write_notebook(str(tmp_path / "many.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 24\nprint('odd one' if rank == 5 else 'hello')\nif rank == 7:\n    raise ValueError('seven')",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "many.ipynb") as page:
+        run_all(page)
+        page.wait_for_selector(".mpinb-out .summary:has-text('failed on rank 7')", timeout=120_000)
+        tabs = [t.strip() for t in page.locator(".mpinb-out .tab").all_inner_texts()]
+        assert tabs == ["All ranks", "By output", "rank 7 \u2717"], "tabs for the failed rank only"
+        page.click(".mpinb-out .tab[data-tab='grouped']")
+        heads = page.locator(".mpinb-out .group-head").all_inner_texts()
+        assert heads == ["ranks 0-4, 6-23 (23 ranks, same output)", "rank 5"]
+        page.screenshot(path=os.path.join(artifacts, "many-ranks-by-output.png"))
+        page.fill(".mpinb-out .jump input", "5")
+        page.press(".mpinb-out .jump input", "Enter")
+        page.wait_for_selector(".mpinb-out .tab.active[data-tab='rank-5']")
+        assert "odd one" in page.locator(".mpinb-out .content").inner_text()
     assert not wait_until_gone(15, existing_pools), "shutting JupyterLab down must stop the notebook's pool"
 
 

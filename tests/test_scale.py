@@ -47,3 +47,23 @@ def test_a_ring_of_sixty_four_is_traced_and_its_deadlock_diagnosed(pool64):
     assert "ranks 0-63: each recv from its left neighbour (rank - 1) at line 1" in str(info.value)
     assert len(str(info.value).splitlines()) < 10, "a sentence, not 64 lines"
     assert pool64.run("comm.allreduce(1)").value == dict.fromkeys(range(RANKS), RANKS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sixty_four_ranks_of_output_and_status_read_at_a_glance(pool64):
+    res = pool64.run("print('odd one' if rank == 5 else 'hello')")
+    assert res.text().splitlines() == ["[0-4, 6-63] hello", "[5] odd one"], "identical output once"
+    from mpinb.notebook._session import status_summary
+
+    summary = status_summary(pool64, pool64.status())
+    assert summary.startswith(f"{RANKS} ranks on 1 host (") and f"{RANKS} idle" in summary
+    assert "MB per rank" in summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_traced_cell_on_sixty_four_ranks_stays_within_the_trace_budget(pool64):
+    res = pool64.run("for _ in range(17_000): MPI.COMM_SELF.Barrier()")
+    share = pool64.trace_budget // RANKS
+    assert len(res.trace) == RANKS * share and set(res.trace.dropped.values()) == {17_000 - share}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mpinb._events import COLLECTIVE, RECV
+from mpinb.trace._svg import summary_text
 
 
 def ops(trace, rank=None, kind=None) -> list[str]:
@@ -238,6 +239,20 @@ def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):
     assert len(res.trace) == 4 * 50
     assert res.trace.dropped == {r: 30 for r in range(4)}
     assert "dropped" in repr(res.trace)
+
+
+def test_a_run_on_many_ranks_shares_the_trace_budget(pool4):
+    """Each rank records its share of the pool's budget, so a traced cell on many ranks cannot send
+    the notebook ranks x capacity calls; two ranks of the same pool get twice the share of four."""
+    pool4.trace_budget = 4_000
+    try:
+        wide = pool4.run("for _ in range(1_200): comm.Barrier()")
+        res = pool4.run("for _ in range(1_500): MPI.COMM_SELF.Barrier()", targets=[0, 1])
+    finally:
+        pool4.trace_budget = 1_000_000
+    assert wide.trace.dropped == {r: 200 for r in range(4)}, "4 ranks: 1,000 calls each"
+    assert res.trace.dropped == {}, "2 ranks: 2,000 calls each"
+    assert "trace_budget" in summary_text(wide.trace)
 
 
 def test_chrome_trace_is_valid_and_every_flow_has_an_end(pool4, tmp_path):

@@ -362,3 +362,14 @@ def test_scatter_rows_split_as_numpy_does(count, parts):
     rows = _split_rows(count, parts)
     assert [stop - first for first, stop in rows] == expected
     assert rows[0][0] == 0 and rows[-1][1] == count and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+
+
+def test_ranks_with_the_same_output_are_shown_once():
+    from mpinb.pool._render import as_html, as_text
+
+    ranks = list(range(6))
+    stdout = {r: "odd one\n" if r == 4 else "hello\n" for r in ranks}
+    stderr = {5: "careful\n"}
+    text = as_text(ranks, stdout, stderr, {}, {})
+    assert text.splitlines() == ["[0-3] hello", "[4] odd one", "[5] hello", "[5:err] careful"]
+    assert as_html(ranks, stdout, stderr, {}, {}).count("hello") == 2

@@ -203,8 +203,13 @@ def show_trace(view: str = "full") -> None:
     display(TraceView(trace, expanded=view != "compact"))
 
 
+# More ranks than this: %mpi status shows a summary, with the table folded away (HTML) or left
+# out (plain text, which cannot fold).
+STATUS_TABLE_UP_TO = 16
+
+
 def show_status(pool: Pool) -> None:
-    """``%mpi status``: a table of the ranks."""
+    """``%mpi status``: one summary line (hosts, states, CPU, memory), then a table of the ranks."""
     rows = pool.status()
     header = ["rank", "host", "pid", "state", "CPU %", "memory MB"]
     cells = [
@@ -213,9 +218,35 @@ def show_status(pool: Pool) -> None:
          "" if r["memory_mb"] is None else f"{r['memory_mb']:.0f}"]
         for r in rows
     ]
-    text = "\n".join("  ".join(str(c).ljust(10) for c in row) for row in [header, *cells])
+    summary = status_summary(pool, rows)
+    table = "\n".join("  ".join(str(c).ljust(10) for c in row) for row in [header, *cells])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in cells)
     head = "".join(f"<th>{h}</th>" for h in header)
-    summary = f"{pool.size} ranks ({format_ranks(range(pool.size), word=True)}), {pool.settings.launcher} launcher"
-    display({"text/plain": summary + "\n" + text,
-             "text/html": f"<p>{html.escape(summary)}</p><table><tr>{head}</tr>{body}</table>"}, raw=True)
+    page = f"<table><tr>{head}</tr>{body}</table>"
+    if len(rows) > STATUS_TABLE_UP_TO:
+        page = f"<details><summary>each of the {len(rows)} ranks</summary>{page}</details>"
+        table = ""
+    display({"text/plain": "\n".join(filter(None, [summary, table])),
+             "text/html": f"<p>{html.escape(summary).replace(chr(10), '<br>')}</p>{page}"}, raw=True)
+
+
+def status_summary(pool: Pool, rows: list[dict]) -> str:
+    """``64 ranks on 2 hosts (a: ranks 0-31, b: ranks 32-63), mpi launcher`` and a line of states,
+    CPU and memory: what a pool of many ranks needs at a glance."""
+    hosts: dict[str, list[int]] = {}
+    states: dict[str, list[int]] = {}
+    for row in rows:
+        hosts.setdefault(row["host"], []).append(row["rank"])
+        states.setdefault(row["state"], []).append(row["rank"])
+    where = ", ".join(f"{host}: {format_ranks(ranks, word=True)}" for host, ranks in hosts.items())
+    plural = "host" if len(hosts) == 1 else "hosts"
+    first = f"{pool.size} ranks on {len(hosts)} {plural} ({where}), {pool.settings.launcher} launcher"
+    parts = [f"{len(ranks)} {state}" + (f" ({format_ranks(ranks, word=True)})" if state != "idle" else "")
+             for state, ranks in sorted(states.items(), key=lambda item: item[0] != "idle")]
+    memory = [row["memory_mb"] for row in rows if row["memory_mb"] is not None]
+    cpu = [row["cpu_percent"] for row in rows if row["cpu_percent"] is not None]
+    if cpu:
+        parts.append(f"CPU {sum(cpu):.0f} % in all")
+    if memory:
+        parts.append(f"memory {sum(memory) / 1024:.1f} GB ({sum(memory) / len(memory):.0f} MB per rank)")
+    return first + "\n" + " · ".join(parts)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 RESET_TIMEOUT = 10.0
+MIN_TRACE_SHARE = 1_000  # calls per rank that a run may record, however many ranks it has
 _cell_numbers = itertools.count(1)
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 T = TypeVar("T")
@@ -60,6 +61,7 @@ class Pool:
         max_output_lines: int = 10_000,
         max_output_chars: int = 1_000_000,
         trace_capacity: int = 100_000,
+        trace_budget: int = 1_000_000,
         controller_ip: str | None = None,
         launcher_options: Mapping[str, object] | None = None,
     ):
@@ -78,7 +80,8 @@ class Pool:
         self.start_timeout = start_timeout  # None: what the ranks per core need (see LaunchSettings)
         self.max_output_lines = max_output_lines
         self.max_output_chars = max_output_chars
-        self.trace_capacity = trace_capacity
+        self.trace_capacity = trace_capacity  # MPI calls one rank records in one run, at most
+        self.trace_budget = trace_budget  # and all ranks of a run together (see _limits)
         self.controller_ip = controller_ip
         self.last_result: RunResult | None = None
         self._supervisor: Supervisor | None = None
@@ -93,7 +96,8 @@ class Pool:
             "mpiexec_args": list(settings.mpiexec_args), "env": dict(settings.env),
             "yield_when_idle": settings.yield_when_idle, "start_timeout": self.start_timeout,
             "max_output_lines": self.max_output_lines, "max_output_chars": self.max_output_chars,
-            "trace_capacity": self.trace_capacity, "controller_ip": self.controller_ip,
+            "trace_capacity": self.trace_capacity, "trace_budget": self.trace_budget,
+            "controller_ip": self.controller_ip,
             "launcher_options": dict(settings.launcher_options),
         }
 
@@ -173,7 +177,7 @@ class Pool:
             raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
         filename = f"<mpi-cell-{next(_cell_numbers)}>"
         compile(code, filename, "exec")  # one clear SyntaxError here instead of one per rank
-        args = (code, filename, self._limits(trace))
+        args = (code, filename, self._limits(trace, targets))
         return self._execute(_rank.run_cell, args, targets, timeout, on_output, check)
 
     def run_file(
@@ -200,12 +204,16 @@ class Pool:
         if isinstance(stdin, bytes):
             stdin = stdin.decode()
         argv = [str(arg) for arg in args] if not isinstance(args, str) else args.split()
-        call = (path, argv, stdin, os.getcwd(), self._limits(trace))
+        call = (path, argv, stdin, os.getcwd(), self._limits(trace, targets))
         return self._execute(_rank.run_file, call, targets, timeout, on_output, check)
 
-    def _limits(self, trace: bool) -> Limits:
+    def _limits(self, trace: bool, targets: Targets) -> Limits:
+        """Each rank records at most ``trace_capacity`` calls, and the run's ranks together about
+        ``trace_budget``: at 64 ranks, 100,000 calls each would send the notebook 700 MB per cell
+        (a call is about 110 bytes). The trace says how many calls each rank dropped."""
+        share = max(self.trace_budget // len(self.ranks(targets)), MIN_TRACE_SHARE)
         return {"max_lines": self.max_output_lines, "max_chars": self.max_output_chars,
-                "trace": bool(trace), "trace_capacity": self.trace_capacity}
+                "trace": bool(trace), "trace_capacity": min(self.trace_capacity, share)}
 
     def interrupt(self, targets: Targets = None) -> None:
         """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""

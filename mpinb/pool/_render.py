@@ -34,12 +34,26 @@ def _plain(bundle: dict) -> str:
     return data.get("text/plain", "<" + ", ".join(sorted(data)) + ">")
 
 
+def grouped_output(ranks, stdout, stderr, outputs) -> list[list[int]]:
+    """Ranks in groups that printed and displayed exactly the same (each group in rank order, the
+    groups by their first rank); ranks with no output are left out. At 64 ranks that all print
+    ``hello``, one line instead of 64."""
+    groups: dict[tuple, list[int]] = {}
+    for rank in ranks:
+        shown = tuple(_plain(bundle) for bundle in outputs.get(rank, []))
+        key = (stdout.get(rank, ""), stderr.get(rank, ""), shown)
+        if key != ("", "", ()):
+            groups.setdefault(key, []).append(rank)
+    return sorted(groups.values())
+
+
 def as_text(ranks, stdout, stderr, outputs, values) -> str:
     lines = []
-    for rank in ranks:
-        lines += [f"[{rank}] {line}" for line in stdout.get(rank, "").splitlines()]
-        lines += [f"[{rank}:err] {line}" for line in stderr.get(rank, "").splitlines()]
-        lines += [f"[{rank}] {_plain(bundle)}" for bundle in outputs.get(rank, [])]
+    for group in grouped_output(ranks, stdout, stderr, outputs):
+        first, label = group[0], format_ranks(group)
+        lines += [f"[{label}] {line}" for line in stdout.get(first, "").splitlines()]
+        lines += [f"[{label}:err] {line}" for line in stderr.get(first, "").splitlines()]
+        lines += [f"[{label}] {_plain(bundle)}" for bundle in outputs.get(first, [])]
     for group, text in grouped_values(ranks, values):
         lines.append(f"Out[{format_ranks(group)}]: {text}")
     return "\n".join(lines)
@@ -58,15 +72,16 @@ def _html_bundle(bundle: dict) -> str:
 
 def as_html(ranks, stdout, stderr, outputs, values) -> str:
     rows = []
-    for rank in ranks:
-        tag = f'<span style="color:{color(rank)};font-weight:bold">[{rank}]</span> '
-        err = f'<span style="color:{color(rank)};font-weight:bold">[{rank}:err]</span> '
-        text = [tag + html.escape(line) for line in stdout.get(rank, "").splitlines()]
+    for group in grouped_output(ranks, stdout, stderr, outputs):
+        first, label = group[0], format_ranks(group)
+        tag = f'<span style="color:{color(first)};font-weight:bold">[{label}]</span> '
+        err = f'<span style="color:{color(first)};font-weight:bold">[{label}:err]</span> '
+        text = [tag + html.escape(line) for line in stdout.get(first, "").splitlines()]
         text += [err + f'<span style="color:#c00">{html.escape(line)}</span>'
-                 for line in stderr.get(rank, "").splitlines()]
+                 for line in stderr.get(first, "").splitlines()]
         if text:
             rows.append('<pre style="margin:0">' + "\n".join(text) + "</pre>")
-        for bundle in outputs.get(rank, []):
+        for bundle in outputs.get(first, []):
             rows.append(f'<div>{tag}</div><div>{_html_bundle(bundle)}</div>')
     groups = grouped_values(ranks, values)
     if groups:

@@ -77,7 +77,7 @@ class RunResult:
         return self
 
     def text(self) -> str:
-        """Per-rank output as plain text, each line prefixed by its rank."""
+        """Per-rank output as plain text, each line prefixed by its rank (or the ranks that printed the same)."""
         return _render.as_text(self.ranks, self.stdout, self.stderr, self.outputs, self.value_repr)
 
     def __repr__(self) -> str:

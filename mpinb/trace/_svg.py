@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
+from .._ranges import format_ranks
 from ._trace import busy_until
 
 if TYPE_CHECKING:
@@ -78,5 +79,7 @@ def summary_text(trace: Trace) -> str:
         lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['messages_sent']:>8}"
                      f"  {row['bytes_sent']:>11,}  {row['bytes_received']:>11,}")
     if trace.dropped:
-        lines.append(f"({sum(trace.dropped.values()):,} calls not recorded: the per-rank buffer was full)")
+        lines.append(f"({sum(trace.dropped.values()):,} calls not recorded on "
+                     f"{format_ranks(trace.dropped, word=True)}: each rank records a share of the pool's "
+                     "trace_budget, at most trace_capacity calls; Pool(trace_budget=...) raises it)")
     return "\n".join(lines)

@@ -1,4 +1,6 @@
-// Per-rank output of one %%mpi cell: a merged view (rank-coloured prefixes) and a tab per rank.
+// Per-rank output of one %%mpi cell: a merged view (rank-coloured prefixes), a view that groups
+// ranks with the same output, and a tab per rank (beyond MANY ranks: tabs for failed ranks only,
+// and a box to jump to any rank).
 // State comes from mpinb/widgets/output.py; this module only draws it. While a run goes on, the
 // widget sends only what is new ("news" messages), which is appended to what is drawn; the whole
 // output arrives as state at the end (and when a view opens late, it asks for it).
@@ -6,6 +8,8 @@
 const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                 "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 const MAX_MERGED_LINES = 5000;
+const MANY = 16; // more ranks than this: no tab per rank
+const FAILED_TABS = 8;
 const MARK = { running: "\u25cc", ok: "\u2713", error: "\u2717", interrupted: "\u25a0", idle: "" };
 
 const CSS = `
@@ -28,6 +32,11 @@ const CSS = `
 .mpinb-out table.values td { padding: 1px 8px; text-align: left; vertical-align: top;
   font-family: var(--jp-code-font-family, monospace); }
 .mpinb-out .display img { max-width: 100%; }
+.mpinb-out .group-head { font-weight: bold; margin-top: 6px; cursor: pointer; }
+.mpinb-out .group-head .count { color: #777; font-weight: normal; }
+.mpinb-out .jump { padding: 1px 6px; color: #555; }
+.mpinb-out .jump input { width: 4.5em; font-size: 11px; }
+.mpinb-out .jump input.bad { outline: 2px solid #c00; }
 `;
 
 function color(rank) { return COLORS[rank % COLORS.length]; }
@@ -157,6 +166,48 @@ function drawDisplay(item) {
   return div;
 }
 
+function groupedOutput(out) {
+  // Ranks with exactly the same text and displays share one block, in order of their first rank.
+  const groups = new Map();
+  const silent = [];
+  out.ranks.forEach((rank, index) => {
+    const displays = out.displays[index] || [];
+    if (!out.stdout[index] && !out.stderr[index] && !displays.length) { silent.push(rank); return; }
+    const key = JSON.stringify([out.stdout[index], out.stderr[index], displays]);
+    if (!groups.has(key)) groups.set(key, { index, ranks: [] });
+    groups.get(key).ranks.push(rank);
+  });
+  return { groups: [...groups.values()], silent };
+}
+
+function drawGrouped(out, box, select) {
+  const { groups, silent } = groupedOutput(out);
+  for (const group of groups) {
+    const head = document.createElement("div");
+    head.className = "group-head";
+    head.style.color = color(group.ranks[0]);
+    head.dataset.ranks = rangeText(group.ranks);
+    head.textContent = `${group.ranks.length === 1 ? "rank" : "ranks"} ${rangeText(group.ranks)} `;
+    const count = document.createElement("span");
+    count.className = "count";
+    count.textContent = group.ranks.length > 1 ? `(${group.ranks.length} ranks, same output)` : "";
+    head.appendChild(count);
+    head.title = `show rank ${group.ranks[0]} alone`;
+    head.addEventListener("click", () => select(out.ranks.indexOf(group.ranks[0])));
+    box.appendChild(head);
+    const body = document.createElement("div");
+    drawRank(out, group.index, body);
+    box.appendChild(body);
+  }
+  if (silent.length) {
+    const note = document.createElement("div");
+    note.className = "note";
+    note.textContent = `no output: ${silent.length === 1 ? "rank" : "ranks"} ${rangeText(silent)}`;
+    box.appendChild(note);
+  }
+  return null; // news redraws this view (at most a few times a second)
+}
+
 function drawRank(out, index, box) {
   const shown = { index, stdout: document.createElement("pre"), stderr: document.createElement("pre"),
                   displays: document.createElement("div"), note: document.createElement("div") };
@@ -225,13 +276,22 @@ function render({ model, el }) {
     const states = model.get("state");
     const bar = document.createElement("div");
     bar.className = "bar";
-    const tabs = mode === "tabs" ? ["merged", ...ranks.map((_, i) => i)] : [];
+    const many = ranks.length > MANY;
+    let perRank = ranks.map((_, i) => i);
+    if (many) { // the failed ranks, and the one shown, get tabs; the box jumps to any other
+      perRank = perRank.filter((i) => states[i] === "error").slice(0, FAILED_TABS);
+      if (typeof selected === "number" && !perRank.includes(selected)) perRank.push(selected);
+    }
+    const tabs = mode === "tabs" ? ["merged", "grouped", ...perRank] : [];
     for (const key of tabs) {
       const tab = document.createElement("span");
       tab.className = "tab" + (key === selected ? " active" : "");
-      tab.dataset.tab = key === "merged" ? "merged" : `rank-${ranks[key]}`;
+      tab.dataset.tab = typeof key === "string" ? key : `rank-${ranks[key]}`;
       if (key === "merged") {
         tab.textContent = "All ranks";
+      } else if (key === "grouped") {
+        tab.textContent = "By output";
+        tab.title = "ranks with the same output together";
       } else {
         const state = states[key] || "idle";
         tab.textContent = `rank ${ranks[key]} `;
@@ -244,6 +304,7 @@ function render({ model, el }) {
       tab.addEventListener("click", () => { selected = key; draw(); });
       bar.appendChild(tab);
     }
+    if (mode === "tabs" && many) bar.appendChild(jumpBox(ranks));
     const summary = document.createElement("span");
     summary.className = "summary";
     summary.textContent = model.get("summary");
@@ -268,12 +329,41 @@ function render({ model, el }) {
       shown = drawMerged(out, box);
       view = "merged";
       drawValues(model, box, null);
+    } else if (selected === "grouped") {
+      shown = drawGrouped(out, box, (index) => { selected = index; draw(); });
+      view = "grouped";
+      drawValues(model, box, null);
     } else {
       shown = drawRank(out, selected, box);
       view = "rank";
       drawValues(model, box, selected);
     }
     root.appendChild(box);
+  }
+
+  function jumpBox(ranks) {
+    const label = document.createElement("label");
+    label.className = "jump";
+    label.textContent = "rank ";
+    const input = document.createElement("input");
+    input.type = "number";
+    input.min = String(Math.min(...ranks));
+    input.max = String(Math.max(...ranks));
+    input.placeholder = `${input.min}-${input.max}`;
+    input.title = "show one rank's output";
+    if (typeof selected === "number") input.value = String(ranks[selected]);
+    input.addEventListener("input", () => { // each valid rank as it is typed
+      const index = input.value === "" ? -1 : ranks.indexOf(Number(input.value));
+      input.classList.toggle("bad", input.value !== "" && index < 0);
+      if (index < 0) return;
+      selected = index;
+      draw();
+      const again = root.querySelector(".jump input"); // the redrawn box keeps the focus
+      if (again) { again.focus(); again.value = String(ranks[index]); }
+    });
+    input.addEventListener("keydown", (event) => event.stopPropagation()); // keys are not the notebook's
+    label.appendChild(input);
+    return label;
   }
 
   function applyNews(items) {
@@ -296,7 +386,7 @@ function render({ model, el }) {
         redrawAll = true;
       }
     }
-    if (redrawAll) draw();
+    if (redrawAll || view === "grouped") redraw();
   }
 
   let pending = false;

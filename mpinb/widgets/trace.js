@@ -4,6 +4,8 @@
 const KIND = ["send", "recv", "collective", "wait", "probe"];
 const KIND_COLOR = ["#4e79a7", "#59a14f", "#f28e2b", "#9c755f", "#bab0ac"];
 const LEFT = 56, RIGHT = 10, AXIS = 18;
+const LABEL_H = 12; // px a lane label needs
+const PLOT_MAX_H = 540; // px; taller plots (many ranks) scroll
 
 const CSS = `
 .mpinb-trace { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; }
@@ -12,7 +14,7 @@ const CSS = `
 .mpinb-trace .tab.active { font-weight: bold; border: 1px solid #ccc; border-bottom: none; }
 .mpinb-trace .info { margin-left: auto; color: #777; padding: 0 6px; }
 .mpinb-trace .toggle { cursor: pointer; color: #4e79a7; padding: 0 6px; user-select: none; }
-.mpinb-trace .plot { position: relative; }
+.mpinb-trace .plot { position: relative; overflow-y: auto; }
 .mpinb-trace canvas { display: block; cursor: crosshair; }
 .mpinb-trace .tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #999;
   padding: 3px 6px; white-space: pre; font-family: var(--jp-code-font-family, monospace); font-size: 11px;
@@ -81,11 +83,15 @@ function makeFrame(laneCount, laneH, duration) {
 function drawLanes(g, frame, ranks) {
   g.font = "11px sans-serif";
   g.textBaseline = "middle";
+  // Lanes thinner than a label: label every few (the tooltip names the rank of any call).
+  const every = Math.ceil(LABEL_H / frame.laneH);
   ranks.forEach((r, i) => {
     g.fillStyle = "#f6f6f6";
-    g.fillRect(LEFT, frame.yOf(i) + 1, frame.width - LEFT - RIGHT, frame.laneH - 2);
+    g.fillRect(LEFT, frame.yOf(i) + Math.min(1, frame.laneH / 4), frame.width - LEFT - RIGHT,
+               Math.max(frame.laneH - 2, 1));
+    if (i % every) return;
     g.fillStyle = "#333";
-    g.fillText(`rank ${r}`, 4, frame.yOf(i) + frame.laneH / 2);
+    g.fillText(`rank ${r}`, 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
   });
   g.fillStyle = "#777";
   const { t0, t1 } = frame.view;
@@ -184,9 +190,12 @@ function callText(model, ev, i) {
 
 function timeline(model, data, box) {
   const expanded = model.get("expanded");
-  const laneH = expanded ? 26 : Math.max(8, Math.min(16, Math.floor(120 / data.ranks.length)));
+  // Up to a few dozen ranks fit as they are; beyond, lanes thin out and the plot scrolls.
+  const thinnest = data.ranks.length > 128 ? 3 : 8;
+  const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / data.ranks.length)));
   const plot = document.createElement("div");
   plot.className = "plot";
+  plot.style.maxHeight = `${PLOT_MAX_H}px`;
   const canvas = document.createElement("canvas");
   const tip = document.createElement("div");
   tip.className = "tip";
