@@ -69,6 +69,20 @@ def read(shared: SharedArray) -> np.ndarray:
     return out
 
 
+def mapped(shared: SharedArray) -> np.ndarray:
+    """The whole array without copying it: the file mapped copy-on-write, so its pages are shared
+    with every other reader until one of them writes (then that page becomes the writer's own).
+    The file may be removed at once; the memory lasts as long as the array."""
+    import mmap
+
+    import numpy as np
+
+    dtype = np.lib.format.descr_to_dtype(shared["dtype"])  # type: ignore[arg-type]  # a str too
+    with open(shared["path"], "rb") as handle:
+        pages = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    return np.frombuffer(pages, dtype=dtype).reshape(shared["shape"])
+
+
 def remove_written_by(pids: list[int]) -> None:
     """Every file that these processes wrote (see :func:`write`), after a transfer that failed."""
     import glob

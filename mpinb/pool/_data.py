@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import rank as _rank
 from .._ranges import format_ranks
-from .._shared import SharedArray, read, remove, remove_written_by, worth_sharing, write
+from .._shared import SharedArray, mapped, remove, remove_written_by, worth_sharing, write
 from ._supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
         remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
         raise
     try:
-        return [read(what) if how == "shared" else what for how, what in offers]
+        return [mapped(what) if how == "shared" else what for how, what in offers]
     finally:
         for how, what in offers:
             if how == "shared":

@@ -84,9 +84,11 @@ def take(name: str, shared: SharedArray) -> None:
     """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb._shared`)."""
     from IPython import get_ipython
 
-    from .._shared import read
+    from .._shared import mapped, read
 
-    get_ipython().user_ns[name] = read(shared)
+    # The whole array is mapped (every rank shares its pages until it writes to them); a part of
+    # it is copied, since a mapping would keep the whole file alive for as long as the part.
+    get_ipython().user_ns[name] = read(shared) if shared["rows"] is not None else mapped(shared)
 
 
 def offer(name: str) -> tuple[str, object]:
