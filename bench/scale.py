@@ -119,30 +119,49 @@ def _median_s(run: Callable[[], object], count: int) -> float:
     return _median_ms(run, count) / 1e3
 
 
-def data_rows(n: int = 4, megabytes: int = 200, count: int = 3) -> list[tuple]:
+# (ranks, MB scattered and gathered, MB pushed to and pulled from every rank): a pull of 200 MB
+# from each of 64 ranks would be 12.8 GB in the notebook, more than this machine holds twice over.
+DATA_SIZES = ((4, 200, 200), (16, 200, 50), (64, 200, 20))
+
+
+def data_rows(sizes: tuple[tuple[int, int, int], ...] = DATA_SIZES, count: int = 3) -> list[tuple]:
     """push, scatter, gather and pull of one float64 array, against ipyparallel's view methods on
     its own engines (its defaults), each tool's pool alone."""
+    rows = []
+    for n, split_mb, each_mb in sizes:
+        rows += _data_rows(n, split_mb, each_mb, count)
+    return rows
+
+
+def _data_rows(n: int, split_mb: int, each_mb: int, count: int) -> list[tuple]:
     import numpy as np
 
-    array = np.random.default_rng(0).random(megabytes * 2**20 // 8)
+    rng = np.random.default_rng(0)
+    split, each = rng.random(split_mb * 2**20 // 8), rng.random(each_mb * 2**20 // 8)
     ours: dict[str, float] = {}
     with mpinb.Pool(n) as pool:
-        ours["push"] = _median_s(lambda: pool.push({"data": array}), count)
-        ours["scatter"] = _median_s(lambda: pool.scatter("part", array), count)
+        ours["push"] = _median_s(lambda: pool.push({"data": each}), count)
+        ours["scatter"] = _median_s(lambda: pool.scatter("part", split), count)
         ours["gather"] = _median_s(lambda: pool.gather("part"), count)
         ours["pull"] = _median_s(lambda: pool.pull("data"), count)
     cluster = ipp.Cluster(engines="mpi", n=n, log_level=40)
     cluster.config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
-    client = cluster.start_and_connect_sync()
+    if n > 16:  # its engines give up registering after 5 s, which 64 starting ranks need more than
+        cluster.config.EngineLauncher.engine_args = ["--IPEngine.timeout=300"]
+        cluster.engine_timeout = 300
+    client = cluster.start_and_connect_sync(n=n)
     theirs: dict[str, float] = {}
     try:
+        client.wait_for_engines(n, timeout=300)
         view = client[:]
-        theirs["push"] = _median_s(lambda: view.push({"data": array}, block=True), count)
-        theirs["scatter"] = _median_s(lambda: view.scatter("part", array, block=True), count)
+        theirs["push"] = _median_s(lambda: view.push({"data": each}, block=True), count)
+        theirs["scatter"] = _median_s(lambda: view.scatter("part", split, block=True), count)
         theirs["gather"] = _median_s(lambda: view.gather("part", block=True), count)
         theirs["pull"] = _median_s(lambda: view.pull("data", block=True), count)
     finally:
         client.close()
         cluster.stop_cluster_sync()
-    return [(f"{op} of {megabytes} MB, {n} ranks (s)", ours[op], "ipyparallel view." + op, theirs[op],
+    sizes = {"push": f"{each_mb} MB to each", "pull": f"{each_mb} MB from each",
+             "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
+    return [(f"{op} of {sizes[op]}, {n} ranks (s)", ours[op], "ipyparallel view." + op, theirs[op],
              theirs[op] / ours[op]) for op in ("push", "scatter", "gather", "pull")]

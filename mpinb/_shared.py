@@ -2,8 +2,9 @@
 
 ipyparallel sends a pushed value to each rank through the controller: one serialized copy per
 rank, each crossing two sockets. Between processes on one host, a file in ``/dev/shm`` (memory,
-not disk) carries it instead: written once, read once by each rank, in parallel. Used by both
-sides; the notebook removes every file it or a rank wrote once the transfer has ended.
+not disk) carries it instead: written once, then mapped by each reader copy-on-write (no second
+copy: readers share its pages until they write). Used by both sides; the notebook removes every
+file it or a rank wrote once the transfer has ended (the mappings keep the memory alive).
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ SMALLEST = 1 << 20  # smaller arrays go through ipyparallel, whose overhead is t
 
 
 class SharedArray(TypedDict):
-    """Where an array waits in shared memory, and how to read it back (rows: a slice of the first
-    axis, for one rank's block of a scatter)."""
+    """Where an array waits in shared memory, and how to read it back."""
 
     path: str
     dtype: object  # numpy's description of the dtype (numpy.lib.format.dtype_to_descr)
     shape: list[int]
-    rows: list[int] | None
 
 
 def worth_sharing(value: object) -> TypeGuard[np.ndarray]:
@@ -51,22 +50,7 @@ def write(array: np.ndarray) -> SharedArray:
     import numpy as np
 
     dtype = np.lib.format.dtype_to_descr(array.dtype)  # a structured dtype keeps its fields
-    return {"path": path, "dtype": dtype, "shape": list(array.shape), "rows": None}
-
-
-def read(shared: SharedArray) -> np.ndarray:
-    """A copy of the array (or of its rows), the reader's own."""
-    import numpy as np
-
-    dtype = np.lib.format.descr_to_dtype(shared["dtype"])  # type: ignore[arg-type]  # a str too
-    shape = shared["shape"]
-    row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-    first, stop = shared["rows"] if shared["rows"] is not None else (0, shape[0])
-    out = np.empty([stop - first, *shape[1:]], dtype=dtype)
-    with open(shared["path"], "rb") as handle:
-        handle.seek(first * row)
-        handle.readinto(out.reshape(-1).view("u1").data)
-    return out
+    return {"path": path, "dtype": dtype, "shape": list(array.shape)}
 
 
 def mapped(shared: SharedArray) -> np.ndarray:

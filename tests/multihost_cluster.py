@@ -250,3 +250,21 @@ def check_deadlock_across_hosts(pool) -> None:
     else:
         raise AssertionError("the ring of large sends did not hang")
     assert pool.run("comm.allreduce(1)").value == dict.fromkeys(range(pool.size), pool.size)
+
+
+def check_data_across_hosts(pool) -> None:
+    """A large array pushed to every rank crosses to rank 0 once and reaches the rest through MPI;
+    scatter, gather and pull work across the hosts too."""
+    import numpy as np
+
+    big = np.arange(300_000, dtype=np.float64).reshape(-1, 3)  # 2.4 MB: a large array
+    pool.push({"big": big, "small": {"a": 1}})
+    seen = pool.run("(big.shape, float(big.sum()), big.flags.writeable, small['a'], "
+                    "any(n.startswith('_mpinb_staged') for n in globals()))").value
+    assert set(seen.values()) == {(big.shape, float(big.sum()), True, 1, False)}
+    pool.push({"part": big[:1000]}, targets=[1, 2])  # some ranks only: the usual way
+    assert pool.run("float(part.sum())", targets=[1, 2]).value == {1: float(big[:1000].sum()),
+                                                                  2: float(big[:1000].sum())}
+    pool.scatter("rows", big)
+    np.testing.assert_array_equal(pool.gather("rows"), big)
+    assert [float(p.sum()) for p in pool.pull("big")] == [float(big.sum())] * pool.size

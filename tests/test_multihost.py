@@ -17,7 +17,12 @@ import time
 
 import psutil
 import pytest
-from multihost_cluster import check_clocks_across_hosts, check_deadlock_across_hosts, multihost_slurm
+from multihost_cluster import (
+    check_clocks_across_hosts,
+    check_data_across_hosts,
+    check_deadlock_across_hosts,
+    multihost_slurm,
+)
 from slurm_cluster import jobs, open_mpi_without_pmix
 
 import mpinb
@@ -127,3 +132,8 @@ def test_a_host_failing_mid_cell_is_named_and_the_pool_restarts(pool, cluster):
     assert time.monotonic() - began < 90
     result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(1), 'before_failure' in globals())")
     assert result.value == {r: (host, 4, False) for r, host in HOSTS.items()}
+
+
+@pytest.mark.timeout(120)
+def test_large_data_crosses_to_rank_0_once_and_spreads_through_mpi(pool):
+    check_data_across_hosts(pool)

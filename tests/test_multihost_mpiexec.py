@@ -19,6 +19,7 @@ import pytest
 from multihost_cluster import (
     agent_arguments,
     check_clocks_across_hosts,
+    check_data_across_hosts,
     check_deadlock_across_hosts,
     launch_agent,
     namespace_hosts,
@@ -164,3 +165,8 @@ def _link_of(host) -> str:
     links = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "link", "show"],
                            capture_output=True, text=True, check=True).stdout
     return next(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if "lo:" not in line)
+
+
+@pytest.mark.timeout(120)
+def test_large_data_crosses_to_rank_0_once_and_spreads_through_mpi(pool):
+    check_data_across_hosts(pool)

@@ -21,10 +21,15 @@ def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[in
     for name in namespace:
         _check_name(name)
     usual = dict(namespace)
-    if supervisor.settings.on_this_host:
-        for name, value in namespace.items():
-            if worth_sharing(value) and _through_shared_memory(supervisor, name, value, ranks, None):
+    for name, value in namespace.items():
+        if not worth_sharing(value):
+            continue
+        if supervisor.settings.on_this_host:
+            if _through_shared_memory(supervisor, name, value, ranks, None):
                 del usual[name]
+        elif len(ranks) == supervisor.settings.n > 1:
+            _through_rank_0(supervisor, name, value)
+            del usual[name]
     if usual:
         supervisor.view(ranks).push(usual, block=True)
 
@@ -76,22 +81,33 @@ def _split_rows(count: int, parts: int) -> list[tuple[int, int]]:
 
 def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray, ranks: list[int],
                            rows: list[tuple[int, int]] | None) -> bool:
-    """Each rank reads ``array`` (or its ``rows``) from one copy in shared memory; ``False`` if
-    shared memory cannot hold it (then it goes the usual way)."""
+    """Each rank maps ``array`` (or its own ``rows``, a file per part: a mapping keeps its whole
+    file alive) from shared memory; ``False`` if shared memory cannot hold it (then it goes the
+    usual way)."""
+    parts = [array] if rows is None else [array[first:stop] for first, stop in rows]
+    written: list[SharedArray] = []
     try:
-        shared = write(array)
-    except OSError:
-        return False
-    try:
-        pending = []
-        for i, engine in enumerate(supervisor.engines(ranks)):
-            mine: SharedArray = {**shared, "rows": list(rows[i]) if rows is not None else None}
-            pending.append(supervisor.client[engine].apply_async(_rank.take, name, mine))
+        try:
+            for part in parts:
+                written.append(write(part))
+        except OSError:
+            return False
+        pending = [supervisor.client[engine].apply_async(_rank.take, name, written[0 if rows is None else i])
+                   for i, engine in enumerate(supervisor.engines(ranks))]
         for reply in pending:
             reply.get()  # a rank that could not take it (out of memory) raises here
     finally:
-        remove(shared["path"])
+        for shared in written:
+            remove(shared["path"])
     return True
+
+
+def _through_rank_0(supervisor: Supervisor, name: str, array: np.ndarray) -> None:
+    """Ranks on other hosts: the array crosses the network once, to rank 0, and then reaches the
+    others by MPI's broadcast (every rank of the pool takes part)."""
+    staged = f"_mpinb_staged_{name}"
+    supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
+    supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
 
 
 def gather(supervisor: Supervisor, name: str, ranks: list[int]) -> np.ndarray:

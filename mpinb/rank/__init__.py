@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from .._protocol import Hello, Limits, Reply
     from .._shared import SharedArray
 
-__all__ = ["hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "reset", "run_cell", "run_file", "take"]
+__all__ = ["hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "reset", "run_cell", "run_file",
+           "spread", "take"]
 
 
 def init() -> None:
@@ -80,15 +81,20 @@ def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None
     return relay(call, args, ranks)
 
 
+def spread(name: str, staged: str) -> None:
+    """Every rank gets rank 0's ``staged`` array as ``name``, through MPI (see :mod:`._spread`)."""
+    from ._spread import spread
+
+    spread(name, staged)
+
+
 def take(name: str, shared: SharedArray) -> None:
     """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb._shared`)."""
     from IPython import get_ipython
 
-    from .._shared import mapped, read
+    from .._shared import mapped
 
-    # The whole array is mapped (every rank shares its pages until it writes to them); a part of
-    # it is copied, since a mapping would keep the whole file alive for as long as the part.
-    get_ipython().user_ns[name] = read(shared) if shared["rows"] is not None else mapped(shared)
+    get_ipython().user_ns[name] = mapped(shared)
 
 
 def offer(name: str) -> tuple[str, object]:

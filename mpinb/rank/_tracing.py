@@ -31,6 +31,13 @@ def install(namespace: dict) -> None:
     _use(namespace, traced_calls=True)
 
 
+def housekeeping() -> MPI.Intracomm:
+    """mpinb's own copy of the world (for its traffic between cells, such as spreading data)."""
+    if _housekeeping is None:
+        raise RuntimeError("this rank has not been set up by the pool (mpinb.rank.init)")
+    return _housekeeping
+
+
 def reset(namespace: dict) -> None:
     """A fresh world after an aborted run (collective over all ranks).
 
