@@ -99,6 +99,11 @@ def test_a_deadlock_across_hosts_is_diagnosed_interrupted_and_the_pool_goes_on(p
 
 
 @pytest.mark.timeout(120)
+def test_large_data_crosses_to_rank_0_once_and_spreads_through_mpi(pool):
+    check_data_across_hosts(pool)
+
+
+@pytest.mark.timeout(120)
 def test_a_long_cell_on_other_hosts_is_interrupted_through_their_nannies(pool):
     began = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 2 s"):
@@ -165,8 +170,3 @@ def _link_of(host) -> str:
     links = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "link", "show"],
                            capture_output=True, text=True, check=True).stdout
     return next(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if "lo:" not in line)
-
-
-@pytest.mark.timeout(120)
-def test_large_data_crosses_to_rank_0_once_and_spreads_through_mpi(pool):
-    check_data_across_hosts(pool)
