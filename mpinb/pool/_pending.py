@@ -16,7 +16,19 @@ from .._protocol import DONE_KEY, Reply
 RankReply = Reply | BaseException | None  # an exception for a failed request, None if still running
 
 
-class Direct:
+class _Sent:
+    """What both kinds share: one ipyparallel request (per rank, or to rank 0) to wait for."""
+
+    request: Any  # ipyparallel.AsyncResult
+
+    def ready(self) -> bool:
+        return self.request.ready()
+
+    def wait(self, timeout: float) -> None:
+        self.request.wait(timeout)
+
+
+class Direct(_Sent):
     """One ipyparallel request per rank (a single rank, or when rank 0 cannot relay)."""
 
     def __init__(self, supervisor: Any, call: Any, args: tuple, ranks: list[int]):
@@ -25,12 +37,6 @@ class Direct:
         self.request = supervisor.view(ranks).apply_async(call, *args)
         self.msg_ids: list[str] = self.request.msg_ids
         self._checked: set[str] = set()
-
-    def ready(self) -> bool:
-        return self.request.ready()
-
-    def wait(self, timeout: float) -> None:
-        self.request.wait(timeout)
 
     @property
     def stdout(self) -> list[str]:
@@ -87,7 +93,7 @@ def _fetch(client: Any, msg_id: str, timeout: float) -> RankReply:
         return err
 
 
-class Relayed:
+class Relayed(_Sent):
     """One request to rank 0, which relays the run to the other ranks (see ``mpinb.rank._relay``).
 
     Each rank's output and announcements arrive under its own id, ``<rank 0's msg_id>/<rank>``;
@@ -103,12 +109,6 @@ class Relayed:
         self._metadata = [self.request._metadata[0] if rank == 0 else client.metadata[msg_id]
                           for rank, msg_id in zip(ranks, self.msg_ids)]
         self._replies: list[RankReply] | None = None
-
-    def ready(self) -> bool:
-        return self.request.ready()
-
-    def wait(self, timeout: float) -> None:
-        self.request.wait(timeout)
 
     @property
     def stdout(self) -> list[str]:
