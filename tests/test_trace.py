@@ -244,14 +244,15 @@ def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):
 def test_a_run_on_many_ranks_shares_the_trace_budget(pool4):
     """Each rank records its share of the pool's budget, so a traced cell on many ranks cannot send
     the notebook ranks x capacity calls; two ranks of the same pool get twice the share of four."""
+    self_exchange = "for _ in range(900): comm.sendrecv(None, dest=rank, source=rank)"  # 1,800 calls
     pool4.trace_budget = 4_000
     try:
-        wide = pool4.run("for _ in range(1_200): comm.Barrier()")
-        res = pool4.run("for _ in range(1_500): MPI.COMM_SELF.Barrier()", targets=[0, 1])
+        wide = pool4.run(self_exchange)
+        narrow = pool4.run(self_exchange, targets=[0, 1])
     finally:
         pool4.trace_budget = 1_000_000
-    assert wide.trace.dropped == {r: 200 for r in range(4)}, "4 ranks: 1,000 calls each"
-    assert res.trace.dropped == {}, "2 ranks: 2,000 calls each"
+    assert len(wide.trace) == 4 * 1_000 and wide.trace.dropped == {r: 800 for r in range(4)}, "1,000 each"
+    assert len(narrow.trace) == 2 * 1_800 and narrow.trace.dropped == {}, "2 ranks: 2,000 each"
     assert "trace_budget" in summary_text(wide.trace)
 
 
