@@ -23,6 +23,7 @@ from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 from .control import control_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
+from .peer import stop_ipyparallel
 from .render import first_paint, record_trace
 from .scale import data_rows, scale_rows
 
@@ -55,8 +56,7 @@ def ipyparallel_cluster(n: int):
     client = cluster.start_and_connect_sync()
 
     def stop():
-        client.close()
-        cluster.stop_cluster_sync()
+        stop_ipyparallel(cluster, client)
 
     return stop
 

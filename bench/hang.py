@@ -14,6 +14,8 @@ import psutil
 import mpinb
 from mpinb.pool import find_mpiexec
 
+from .peer import stop_ipyparallel
+
 RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
 PLAIN_RING = "from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nrank, size = comm.Get_rank(), comm.Get_size()\n" + RING
 
@@ -52,9 +54,8 @@ def ipyparallel_figures(n: int = 4, patience: float = 10.0) -> dict:
         returned = pending.wait(patience)
         back = time.monotonic() - sent if returned else None
     finally:
-        client.close()
         try:
-            cluster.stop_cluster_sync()
+            stop_ipyparallel(cluster, client)
         finally:
             _, alive = psutil.wait_procs(trees, timeout=3)
             left = len(alive)

@@ -20,6 +20,9 @@ import psutil
 
 import mpinb
 from mpinb.pool import find_mpiexec
+from mpinb.pool._supervisor import remove_segments
+
+from .peer import peer_segments, stop_ipyparallel
 
 ALLREDUCE_SETUP = "import numpy as np\nfrom mpi4py import MPI\nsend = np.ones(131072)\nreceive = np.empty(131072)"
 ALLREDUCE = "MPI.COMM_WORLD.Allreduce(send, receive)"  # 131,072 float64: 1 MB
@@ -73,7 +76,7 @@ def ipyparallel_figures(n: int, cells: int) -> dict:
         except Exception as err:  # noqa: BLE001 - the peer failing to start is a figure too
             figures["note"] = f"ipyparallel's defaults failed ({type(err).__name__}); "
             try:
-                cluster.stop_cluster_sync()
+                stop_ipyparallel(cluster)
             except Exception:  # noqa: BLE001
                 pass
             continue
@@ -88,10 +91,12 @@ def ipyparallel_figures(n: int, cells: int) -> dict:
         figures["allreduce_ms"] = _median_ms(lambda: view.execute(ALLREDUCE, block=True), cells)
         figures["pss_mb"] = _pss_mb(view.apply_sync(lambda: __import__("os").getpid()))
     finally:
+        segments = peer_segments()
         client.close()
         began = time.perf_counter()
         cluster.stop_cluster_sync()
         figures["stop_s"] = time.perf_counter() - began
+        remove_segments(segments)
     return figures
 
 
@@ -159,8 +164,7 @@ def _data_rows(n: int, split_mb: int, each_mb: int, count: int) -> list[tuple]:
         theirs["gather"] = _median_s(lambda: view.gather("part", block=True), count)
         theirs["pull"] = _median_s(lambda: view.pull("data", block=True), count)
     finally:
-        client.close()
-        cluster.stop_cluster_sync()
+        stop_ipyparallel(cluster, client)
     sizes = {"push": f"{each_mb} MB to each", "pull": f"{each_mb} MB from each",
              "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
     return [(f"{op} of {sizes[op]}, {n} ranks (s)", ours[op], "ipyparallel view." + op, theirs[op],
