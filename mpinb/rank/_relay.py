@@ -57,7 +57,8 @@ class _Signer:
 
     def sign(self, *frames: bytes) -> bytes:
         digest = hmac.new(self._key, digestmod=hashlib.sha256)
-        for frame in frames:
+        for frame in frames:  # each frame's length too: bytes cannot move between frames
+            digest.update(len(frame).to_bytes(8, "little"))
             digest.update(frame)
         return digest.hexdigest().encode()
 
@@ -270,12 +271,22 @@ class _Stream:
 
 
 def _run(call: str, args: tuple) -> Reply:
-    from . import _execute  # imports MPI: not before a rank runs something
+    """``call(*args)``; a failure of mpinb itself (user code's are in the reply already) becomes
+    this rank's error too, so that rank 0 still gets a reply and the notebook a clear message."""
+    try:
+        from . import _execute  # imports MPI: not before a rank runs something
 
-    if call not in _RUNS:
-        raise ValueError(f"rank 0 relays {' and '.join(_RUNS)} only, not {call!r}")
-    run: Callable[..., Reply] = getattr(_execute, call)
-    return run(*args)
+        if call not in _RUNS:
+            raise ValueError(f"rank 0 relays {' and '.join(_RUNS)} only, not {call!r}")
+        run: Callable[..., Reply] = getattr(_execute, call)
+        return run(*args)
+    except BaseException as err:  # noqa: BLE001 - reported to the notebook as this rank's failure
+        import traceback
+
+        return {"value": None, "repr": "", "why": "", "has_value": False, "trace": None, "dropped_lines": 0,
+                "elapsed": 0.0, "wrote": False,
+                "error": {"type": type(err).__name__, "message": f"mpinb failed to run this here: {err}",
+                          "traceback": traceback.format_exc(), "line": None, "file": ""}}
 
 
 def _announce_now(reply: Reply) -> bool:
