@@ -7,7 +7,9 @@ its repr instead of failing the whole cell.
 
 from __future__ import annotations
 
+import io
 import pickle
+import sys
 
 MAX_REPR = 2000
 
@@ -46,11 +48,24 @@ def pack(value: object) -> tuple[bytes | None, str, str]:
         return None, text, f"{type(err).__name__}: {err}"
 
 
+# Modules whose import initializes MPI: never in the notebook's process (a singleton MPI_Init
+# under Open MPI leaves a shared-memory file behind; inside a Slurm allocation it can hang).
+_RANKS_ONLY = ("mpi4py.MPI", "mpinb.rank")
+
+
+class _NotebookUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if module.startswith(_RANKS_ONLY) and module not in sys.modules:
+            raise pickle.UnpicklingError(f"{module}.{name} belongs to the ranks' MPI, which the notebook "
+                                         "does not start")
+        return super().find_class(module, name)
+
+
 def unpack(data: bytes | None, text: str, why: str) -> object:
     """The value itself when the notebook can rebuild it, else a :class:`ReprOnly`."""
     if data is None:
         return ReprOnly(text, why or "not picklable")
     try:
-        return pickle.loads(data)
+        return _NotebookUnpickler(io.BytesIO(data)).load()
     except Exception as err:  # noqa: BLE001 - a class that exists only on the ranks, for one
         return ReprOnly(text, f"cannot rebuild in the notebook: {type(err).__name__}: {err}")
