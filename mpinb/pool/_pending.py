@@ -106,6 +106,8 @@ class Relayed(_Sent):
         self.request = client[supervisor.engine_of[0]].apply_async(_rank.relay, call_name, args, ranks)
         leader = self.request.msg_ids[0]
         self.msg_ids = [leader if rank == 0 else f"{leader}/{rank}" for rank in ranks]
+        # Rank 0's entry is the request's own (ipyparallel drops it from client.metadata once the
+        # output is complete); the others' are created here, so that status for them is kept too.
         self._metadata = [self.request._metadata[0] if rank == 0 else client.metadata[msg_id]
                           for rank, msg_id in zip(ranks, self.msg_ids)]
         self._replies: list[RankReply] | None = None
