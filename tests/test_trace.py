@@ -368,3 +368,49 @@ def test_communicators_made_after_an_aborted_run_get_new_ids(pool4):
                     "after.sendrecv(rank, dest=(rank + 1) % size, source=(rank - 1) % size)")
     comms = {m["comm"] for m in res.trace.messages()}
     assert len(comms) == 2 and len(res.trace.messages()) == 8
+
+
+# -- wait states (mpinb.trace._waits) ------------------------------------------------------------
+
+
+def test_a_late_sender_is_found_on_the_receiving_line(pool4):
+    res = pool4.run(
+        "import time\n"
+        "if rank == 1:\n"
+        "    time.sleep(0.2)\n"
+        "    comm.send('late', dest=0)\n"
+        "elif rank == 0:\n"
+        "    comm.recv(source=1)\n"
+    )
+    (late,) = [w for w in res.trace.waits() if w["kind"] == "late sender"]
+    assert (late["rank"], late["peer"], late["line"], late["peer_line"]) == (0, 1, 6, 4)
+    assert 0.15 < late["seconds"] < 0.4
+    rows = {row["rank"]: row for row in res.trace.summary()}
+    assert rows[0]["waiting"] == pytest.approx(late["seconds"]) and rows[1]["waiting"] == 0.0
+    assert "rank 0 waited 0.2" in summary_text(res.trace) and "for rank 1, which sent only" in summary_text(res.trace)
+
+
+def test_load_imbalance_before_a_collective_is_a_wait_on_every_other_rank(pool4):
+    res = pool4.run("import time\nif rank == 2:\n    time.sleep(0.2)\ncomm.allreduce(rank)")
+    found = [w for w in res.trace.waits() if w["kind"] == "wait at collective"]
+    assert sorted(w["rank"] for w in found) == [0, 1, 3] and {w["peer"] for w in found} == {2}
+    assert all(0.15 < w["seconds"] < 0.4 and w["line"] == 4 for w in found)
+
+
+def test_a_balanced_exchange_has_no_wait_states(pool4):
+    res = pool4.run("comm.Barrier()\nfor _ in range(3):\n    comm.allreduce(rank)")
+    assert [w for w in res.trace.waits() if w["seconds"] > 0.05] == []
+
+
+def test_a_synchronous_send_waits_for_a_late_receiver(pool4):
+    res = pool4.run(
+        "import time\n"
+        "if rank == 0:\n"
+        "    comm.Ssend(np.zeros(1), dest=1)\n"
+        "elif rank == 1:\n"
+        "    time.sleep(0.2)\n"
+        "    comm.Recv(np.zeros(1), source=0)\n"
+    )
+    (late,) = [w for w in res.trace.waits() if w["kind"] == "late receiver"]
+    assert (late["rank"], late["peer"], late["line"], late["peer_line"]) == (0, 1, 3, 6)
+    assert 0.15 < late["seconds"] < 0.4

@@ -10,6 +10,7 @@ import numpy as np
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
 from .._ranges import format_ranks
 from ._trace import busy_until
+from ._waits import explain
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -73,11 +74,13 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:
 
 def summary_text(trace: Trace) -> str:
     rows = trace.summary()
-    lines = [f"{'rank':>4}  {'wall ms':>9}  {'in MPI':>7}  {'msgs out':>8}  {'bytes out':>11}  {'bytes in':>11}"]
+    lines = [f"{'rank':>4}  {'wall ms':>9}  {'in MPI':>7}  {'waiting ms':>10}  {'msgs out':>8}  {'bytes out':>11}"
+             f"  {'bytes in':>11}"]
     for row in rows:
         share = row["mpi"] / row["wall"] if row["wall"] else 0.0
-        lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['messages_sent']:>8}"
-                     f"  {row['bytes_sent']:>11,}  {row['bytes_received']:>11,}")
+        lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['waiting'] * 1e3:10.2f}"
+                     f"  {row['messages_sent']:>8}  {row['bytes_sent']:>11,}  {row['bytes_received']:>11,}")
+    lines += explain(trace.waits())
     if trace.dropped:
         lines.append(f"({sum(trace.dropped.values()):,} calls not recorded on "
                      f"{format_ranks(trace.dropped, word=True)}: each rank records a share of the pool's "

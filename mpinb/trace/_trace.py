@@ -9,6 +9,7 @@ import numpy as np
 from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT, world_rank
 from .._protocol import Recording
 from ._match import match_messages
+from ._waits import Wait, waiting_per_rank, waits
 
 DTYPE = np.dtype([
     ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
@@ -34,6 +35,7 @@ class Trace:
         for data in per_rank.values():
             self.comms.update(data["comms"])
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
+        self._waits: list[Wait] | None = None
         self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
                      for r, data in per_rank.items()}
         rows = []
@@ -130,10 +132,19 @@ class Trace:
             grid[message["source"], message["dest"]] += message["bytes"] if what == "bytes" else 1
         return grid
 
+    def waits(self) -> list[Wait]:
+        """Where ranks lost time waiting for each other (late senders and receivers, waits at
+        collectives), the longest first; see :mod:`mpinb.trace._waits`."""
+        if self._waits is None:
+            self._waits = waits(self)
+        return self._waits
+
     def summary(self) -> list[dict]:
-        """Per rank: wall time, time inside MPI vs computing, messages and bytes sent/received."""
+        """Per rank: wall time, time inside MPI vs computing, time lost waiting for other ranks,
+        messages and bytes sent/received."""
         rows = []
         events = self.events
+        waiting = waiting_per_rank(self.waits(), self.ranks)
         for rank in self.ranks:
             mine = events[events["rank"] == rank]
             began, ended = self.span[rank]
@@ -145,6 +156,7 @@ class Trace:
                 "wall": ended - began,
                 "mpi": in_mpi,
                 "compute": max(ended - began - in_mpi, 0.0),
+                "waiting": waiting[rank],
                 "calls": int(len(mine)),
                 "collectives": int(np.sum(mine["kind"] == COLLECTIVE)),
                 "messages_sent": int(len(p2p_sent)),

@@ -25,6 +25,7 @@ const CSS = `
 .mpinb-trace .legend { color: #555; margin: 4px 0; }
 .mpinb-trace .legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 10px; }
 .mpinb-trace .stack { display: flex; height: 12px; width: 240px; background: #eee; }
+.mpinb-trace .loss { color: #8a4b00; margin: 2px 0; }
 `;
 
 function column(view, Type) {
@@ -296,7 +297,7 @@ function summary(model, box) {
   const rows = model.get("summary");
   const table = document.createElement("table");
   table.innerHTML = "<tr><th>rank</th><th style='text-align:left'>time in MPI vs computing</th><th>wall</th>"
-    + "<th>in MPI</th><th>msgs out</th><th>msgs in</th><th>bytes out</th><th>bytes in</th></tr>";
+    + "<th>in MPI</th><th>waiting</th><th>msgs out</th><th>msgs in</th><th>bytes out</th><th>bytes in</th></tr>";
   for (const row of rows) {
     const tr = table.insertRow();
     const share = row.wall > 0 ? row.mpi / row.wall : 0;
@@ -309,12 +310,19 @@ function summary(model, box) {
     cell.appendChild(stack);
     tr.insertCell().textContent = fmtTime(row.wall);
     tr.insertCell().textContent = `${(100 * share).toFixed(0)}%`;
+    tr.insertCell().textContent = fmtTime(row.waiting || 0);
     tr.insertCell().textContent = row.messages_sent;
     tr.insertCell().textContent = row.messages_received;
     tr.insertCell().textContent = fmtBytes(row.bytes_sent);
     tr.insertCell().textContent = fmtBytes(row.bytes_received);
   }
   box.appendChild(table);
+  for (const text of model.get("losses")) { // where time was lost, biggest first
+    const line = document.createElement("div");
+    line.className = "loss";
+    line.textContent = text;
+    box.appendChild(line);
+  }
 }
 
 function render({ model, el }) {

@@ -16,6 +16,7 @@ import traitlets as t
 from ..trace import Trace
 from ..trace._svg import space_time_svg, summary_text
 from ..trace._trace import busy_until
+from ..trace._waits import explain
 from ._fallback import StaticFallback
 
 
@@ -37,6 +38,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     matrix_bytes = t.List(t.List(t.Int())).tag(sync=True)
     matrix_count = t.List(t.List(t.Int())).tag(sync=True)
     summary = t.List(t.Dict()).tag(sync=True)
+    losses = t.List(t.Unicode()).tag(sync=True)  # the biggest wait states, in plain words
     duration = t.Float(0.0).tag(sync=True)
     dropped = t.Int(0).tag(sync=True)
     expanded = t.Bool(False).tag(sync=True)
@@ -81,6 +83,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
             matrix_bytes=trace.matrix("bytes").tolist(),
             matrix_count=trace.matrix("messages").tolist(),
             summary=trace.summary(),
+            losses=explain(trace.waits()),
             duration=max((end for _, end in trace.span.values()), default=0.0),
             dropped=sum(trace.dropped.values()),
             expanded=expanded,
