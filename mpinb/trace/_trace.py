@@ -82,15 +82,9 @@ class Trace:
     def messages(self) -> list[dict]:
         """Matched point-to-point messages, one dict each, in the order they were sent."""
         events = self.events
-        by_msg: dict[int, dict] = {}
-        for i in np.nonzero(events["msg"] >= 0)[0]:
-            event = events[i]
-            half = "send" if event["kind"] == SEND else "recv"
-            entry = by_msg.setdefault(int(event["msg"]), {"msg": int(event["msg"])})
-            entry[half] = event
         found = []
-        for msg, halves in by_msg.items():
-            send, recv = halves["send"], halves["recv"]
+        for msg, halves in message_halves(events).items():
+            send, recv = events[halves["send"]], events[halves["recv"]]
             found.append({
                 "msg": msg, "source": int(send["rank"]), "dest": int(recv["rank"]),
                 "comm": send["comm"], "tag": int(send["tag"]),
@@ -109,19 +103,14 @@ class Trace:
         collective call of every member on one communicator is the same operation.
         """
         events = self.events
-        found: dict[tuple, dict] = {}
-        seen: dict[tuple, int] = {}
-        for i in np.nonzero(events["kind"] == COLLECTIVE)[0]:
-            event = events[i]
-            rank, comm = int(event["rank"]), event["comm"]
-            k = seen.get((rank, comm), 0)
-            seen[(rank, comm)] = k + 1
-            entry = found.setdefault((comm, k), {"comm": comm, "index": k, "op": event["op"], "ranks": [],
-                                                 "start": float(event["start"]), "end": float(event["end"])})
-            entry["ranks"].append(rank)
-            entry["start"] = min(entry["start"], float(event["start"]))
-            entry["end"] = max(entry["end"], float(event["end"]))
-        return sorted(found.values(), key=lambda c: c["start"])
+        found = []
+        for (comm, k), members in collective_groups(events).items():
+            first = events[members[0]]
+            found.append({"comm": comm, "index": k, "op": first["op"],
+                          "ranks": [int(events["rank"][i]) for i in members],
+                          "start": float(events["start"][members].min()),
+                          "end": float(events["end"][members].max())})
+        return sorted(found, key=lambda c: c["start"])
 
     def matrix(self, what: str = "bytes") -> np.ndarray:
         """``[i, j]``: bytes (or ``what="messages"``) that rank i sent to rank j point to point."""
@@ -178,6 +167,27 @@ class Trace:
             with open(path, "w") as handle:
                 json.dump(document, handle)
         return document
+
+
+def message_halves(events: np.ndarray) -> dict[int, dict[str, int]]:
+    """Per matched message id, the indices of its ``"send"`` and ``"recv"`` events."""
+    halves: dict[int, dict[str, int]] = {}
+    for i in np.nonzero(events["msg"] >= 0)[0]:
+        halves.setdefault(int(events["msg"][i]), {})["send" if events["kind"][i] == SEND else "recv"] = int(i)
+    return {msg: pair for msg, pair in halves.items() if len(pair) == 2}
+
+
+def collective_groups(events: np.ndarray) -> dict[tuple, list[int]]:
+    """``(comm, k)`` -> indices of each member's call: members of a communicator call its
+    collectives in the same order, so the k-th collective call of each is the same operation."""
+    groups: dict[tuple, list[int]] = {}
+    seen: dict[tuple, int] = {}
+    for index in np.nonzero(events["kind"] == COLLECTIVE)[0]:
+        key = (int(events["rank"][index]), events["comm"][index])
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        groups.setdefault((events["comm"][index], k), []).append(int(index))
+    return groups
 
 
 def causal_delays(events: np.ndarray) -> dict[int, float]:

@@ -14,10 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-import numpy as np
-
-from .._events import COLLECTIVE, RECV, SEND
-
 if TYPE_CHECKING:
     from ._trace import Trace
 
@@ -49,16 +45,11 @@ def _blocking(event) -> bool:
 
 
 def _point_to_point(trace: Trace) -> list[Wait]:
+    from ._trace import message_halves
+
     events = trace.events
-    halves: dict[int, dict[str, int]] = {}
-    for i in np.nonzero(events["msg"] >= 0)[0]:
-        kind = "send" if events["kind"][i] == SEND else "recv" if events["kind"][i] == RECV else None
-        if kind:
-            halves.setdefault(int(events["msg"][i]), {})[kind] = int(i)
     found: list[Wait] = []
-    for pair in halves.values():
-        if "send" not in pair or "recv" not in pair:
-            continue
+    for pair in message_halves(events).values():
         send, recv = events[pair["send"]], events[pair["recv"]]
         if _blocking(recv) and recv["start"] < send["start"]:
             lost = min(float(send["start"]), float(recv["end"])) - float(recv["start"])
@@ -70,17 +61,11 @@ def _point_to_point(trace: Trace) -> list[Wait]:
 
 
 def _collective(trace: Trace) -> list[Wait]:
-    """The k-th collective call of every member of a communicator is the same operation."""
+    from ._trace import collective_groups
+
     events = trace.events
-    groups: dict[tuple, list[int]] = {}
-    seen: dict[tuple, int] = {}
-    for index in np.nonzero(events["kind"] == COLLECTIVE)[0]:
-        key = (int(events["rank"][index]), events["comm"][index])
-        k = seen.get(key, 0)
-        seen[key] = k + 1
-        groups.setdefault((events["comm"][index], k), []).append(int(index))
     found: list[Wait] = []
-    for members in groups.values():
+    for members in collective_groups(events).values():
         if len(members) < 2:
             continue
         last = max(members, key=lambda i: float(events["start"][i]))
