@@ -414,3 +414,66 @@ def test_a_synchronous_send_waits_for_a_late_receiver(pool4):
     (late,) = [w for w in res.trace.waits() if w["kind"] == "late receiver"]
     assert (late["rank"], late["peer"], late["line"], late["peer_line"]) == (0, 1, 3, 6)
     assert 0.15 < late["seconds"] < 0.4
+
+
+def test_a_late_sender_is_found_at_the_wait_of_a_nonblocking_receive(pool4):
+    res = pool4.run(
+        "import time\n"
+        "if rank == 1:\n"
+        "    time.sleep(0.2)\n"
+        "    comm.Send(np.ones(4), dest=0)\n"
+        "elif rank == 0:\n"
+        "    buf = np.zeros(4)\n"
+        "    request = comm.Irecv(buf, source=1)\n"
+        "    request.Wait()\n"
+    )
+    (late,) = [w for w in res.trace.waits() if w["kind"] == "late sender"]
+    assert (late["rank"], late["op"], late["line"], late["peer_line"]) == (0, "Wait", 8, 4)
+    assert 0.15 < late["seconds"] < 0.4
+
+
+def test_a_waitall_on_several_late_senders_loses_its_time_once(pool4):
+    res = pool4.run(
+        "import time\n"
+        "if rank == 0:\n"
+        "    requests = [comm.irecv(source=r) for r in (1, 2, 3)]\n"
+        "    MPI.Request.waitall(requests)\n"
+        "else:\n"
+        "    time.sleep(0.1 * rank)\n"
+        "    comm.send(rank, dest=0)\n"
+    )
+    (waited,) = [w for w in res.trace.waits() if w["rank"] == 0]
+    assert (waited["op"], waited["peer"]) == ("waitall", 3) and 0.25 < waited["seconds"] < 0.5
+
+
+def test_imbalance_before_a_nonblocking_collective_is_lost_in_its_wait(pool4):
+    res = pool4.run(
+        "import time\n"
+        "if rank == 3:\n"
+        "    time.sleep(0.2)\n"
+        "out = np.zeros(1)\n"
+        "comm.Iallreduce(np.ones(1), out).Wait()\n"
+    )
+    found = [w for w in res.trace.waits() if w["kind"] == "wait at collective"]
+    assert sorted(w["rank"] for w in found) == [0, 1, 2] and {w["op"] for w in found} == {"Wait"}
+    assert all(0.15 < w["seconds"] < 0.4 for w in found)
+
+
+def test_a_deadlocked_run_keeps_its_trace_with_the_calls_it_broke_off(pool4):
+    import mpinb
+
+    with pytest.raises(mpinb.DeadlockError):
+        pool4.run(
+            "comm.Barrier()\n"
+            "if rank < 2:\n"
+            "    comm.recv(source=1 - rank, tag=3)\n",
+            targets=None, timeout=3,
+        )
+    trace = pool4.last_result.trace
+    unfinished = trace.unfinished()
+    assert sorted(zip(unfinished["rank"], unfinished["peer_world"], unfinished["op"])) == [
+        (0, 1, "recv"), (1, 0, "recv")]
+    assert set(unfinished["line"]) == {3} and all(unfinished["kind"] == RECV)
+    assert len(trace.collectives()) == 1 and trace.messages() == []  # broken-off calls match nothing
+    for row in unfinished:  # each ends where its rank stopped recording, after it had waited
+        assert row["end"] == pytest.approx(trace.span[int(row["rank"])][1]) and row["end"] - row["start"] > 1

@@ -24,6 +24,7 @@ from .._protocol import Failure, Limits, Reply
 from .._values import pack
 from . import _output, _waiting
 from ._output import capped_output
+from ._recorder import RECORDER
 from ._tracing import recording
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,6 +111,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
         except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
             record["error"] = failure = _describe(exc, filename)
             failure["waiting"] = _waiting.interrupted_wait()
+            if failure["waiting"] is not None:
+                RECORDER.add_unfinished(failure["waiting"])
             _waiting.clear()
         else:
             if value is not None:

@@ -6,7 +6,8 @@ import time
 
 from mpi4py import MPI
 
-from .._protocol import Recording
+from .._events import COLLECTIVE, RECV, SEND, WAIT
+from .._protocol import Recording, WaitState
 
 DEFAULT_CAPACITY = 100_000
 
@@ -57,6 +58,21 @@ class Recorder:
             self._freed.append(cid)
         else:
             self.comms.pop(cid, None)
+
+    def add_unfinished(self, state: WaitState) -> None:
+        """The call that an interrupt broke off, as an event that never ended (``end`` and
+        ``returned`` NaN): the trace of a stopped run shows what each rank was still waiting in."""
+        if not self.on:
+            return
+        kind = {"send": SEND, "recv": RECV, "collective": COLLECTIVE, "wait": WAIT}[state["kind"]]
+        members = state["members"]
+        world_peer = state["root"] if kind == COLLECTIVE else state["peer"]
+        peer = members.index(world_peer) if members and world_peer in members else -1
+        start = time.perf_counter() - max(time.time() - state.get("since", time.time()), 0.0)
+        nan = float("nan")
+        op = f"Wait ({state['op']})" if state.get("via") == "wait" else state["op"]
+        self.add((op, kind, state["comm"] or "", peer, state["tag"], state["bytes"], 0, start, nan, nan,
+                  state["file"], state["line"]))
 
     def add(self, event) -> None:
         if len(self.events) < self.capacity:

@@ -72,20 +72,20 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     # single request
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where = _now(), _where()
-        _poll_request(self, mine, (self._describe, (where,)))
-        self._finished("Wait", start, mine, where)
+        start, where, traced = _now(), _where(), self._event is not None
+        _poll_request(self, mine, (self._describe, (where,)))  # its Test() may end the event
+        self._finished("Wait", start, mine, where, traced)
         return True
 
     def wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where = _now(), _where()
+        start, where, traced = _now(), _where(), self._event is not None
         _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
-        self._finished("wait", start, mine, where)
+        self._finished("wait", start, mine, where, traced)
         return value
 
-    def _finished(self, name: str, start: float, status, where) -> None:
-        if _rec.on and self._event is not None:
+    def _finished(self, name: str, start: float, status, where, traced: bool) -> None:
+        if _rec.on and traced:
             self._done(status)
             end = _now()
             _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))

@@ -24,6 +24,8 @@ def match_messages(events: np.ndarray) -> np.ndarray:
     order = np.argsort(events["start"], kind="stable")
     for i in order:
         event = events[i]
+        if event["open"]:  # broken off: it never took part in a message
+            continue
         if event["kind"] == SEND and event["peer_world"] >= 0:
             sends[(event["comm"], event["rank"], event["peer_world"], event["tag"])].append(i)
         elif event["kind"] == RECV and event["peer_world"] >= 0:

@@ -14,7 +14,7 @@ from ._waits import Wait, waiting_per_rank, waits
 DTYPE = np.dtype([
     ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
     ("tag", "i4"), ("sent", "i8"), ("received", "i8"), ("start", "f8"), ("end", "f8"),
-    ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"),
+    ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"), ("open", "?"),
 ])
 
 
@@ -25,6 +25,9 @@ class Trace:
     bytes sent/received, start/end times in seconds from the run's start, source file and line,
     and ``msg``, the id shared by a send and the receive that matched it). Times of all ranks are
     on rank 0's clock. ``dropped`` counts calls beyond each rank's buffer.
+
+    A run that was stopped (deadlock, interrupt, a failure elsewhere) leaves each rank's broken-off
+    call ``open``: it ends where the rank's recording ended, and matches no message.
     """
 
     def __init__(self, per_rank: Mapping[int, Recording], world_size: int):
@@ -42,7 +45,7 @@ class Trace:
         for rank, data in per_rank.items():
             shift = data["offset"] - origin
             for event in data["events"]:
-                rows.append(self._row(rank, event, shift))
+                rows.append(self._row(rank, event, shift, data["ended"] + shift))
         events = np.array(rows, dtype=DTYPE) if rows else np.zeros(0, dtype=DTYPE)
         events = events[np.argsort(events["start"], kind="stable")]
         events["msg"] = match_messages(events)
@@ -58,17 +61,20 @@ class Trace:
             events["msg"] = match_messages(events)
         self.events = events
 
-    def _row(self, rank: int, event, shift: float) -> tuple:
+    def _row(self, rank: int, event, shift: float, stopped: float) -> tuple:
         values = dict(zip(FIELDS, event))
         members = self.comms.get(values["comm"])
         peer = values["peer"]
         peer_world = world_rank(members, peer)
-        end = values["end"]
-        if end != end:  # a nonblocking call never seen to complete
-            end = values["returned"]
+        end, returned = values["end"] + shift, values["returned"] + shift
+        broken_off = returned != returned
+        if broken_off:
+            end = returned = max(stopped, values["start"] + shift)
+        elif end != end:  # a nonblocking call never seen to complete
+            end = returned
         return (rank, values["op"], values["kind"], values["comm"], peer, peer_world, values["tag"],
-                values["sent"], values["received"], values["start"] + shift, end + shift,
-                values["returned"] + shift, values["file"], values["line"], -1)
+                values["sent"], values["received"], values["start"] + shift, end,
+                returned, values["file"], values["line"], -1, broken_off)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -120,6 +126,10 @@ class Trace:
         for message in self.messages():
             grid[message["source"], message["dest"]] += message["bytes"] if what == "bytes" else 1
         return grid
+
+    def unfinished(self) -> np.ndarray:
+        """The calls that a stopped run broke off (one per rank that was waiting in MPI)."""
+        return self.events[self.events["open"]]
 
     def waits(self) -> list[Wait]:
         """Where ranks lost time waiting for each other (late senders and receivers, waits at

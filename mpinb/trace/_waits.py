@@ -6,13 +6,16 @@ and Vampir name), computed from a trace's events and matched messages.
   or large message), and waited for it;
 - wait at collective (or at barrier): a rank entered a collective before the last member did.
 
-Nonblocking calls are left out for now: the time between posting and waiting is the user's, and
-only the wait call itself waits.
+A nonblocking call waits only in the ``Wait``/``Waitall``... that completed it: the time between
+posting and waiting is the rank's own. A wait call that completed several late operations lost
+its time once, to the latest of them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
+
+import numpy as np
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -36,47 +39,76 @@ class Wait(TypedDict):
 
 def waits(trace: Trace) -> list[Wait]:
     """Every wait state of the trace, the longest first."""
-    found = _point_to_point(trace) + _collective(trace)
-    return sorted((w for w in found if w["seconds"] >= SMALLEST_WAIT), key=lambda w: -w["seconds"])
+    events = trace.events
+    waited_in = _waited_in(events)
+    found = _point_to_point(events, waited_in) + _collective(events, waited_in)
+    longest: dict[tuple[int, float], Wait] = {}  # one loss per waiting call
+    for w in found:
+        key = (w["rank"], w["start"])
+        if w["seconds"] >= SMALLEST_WAIT and (key not in longest or w["seconds"] > longest[key]["seconds"]):
+            longest[key] = w
+    return sorted(longest.values(), key=lambda w: -w["seconds"])
 
 
-def _blocking(event) -> bool:
-    return float(event["end"]) == float(event["returned"])
+def _waited_in(events) -> np.ndarray:
+    """Per event, the index of the call that blocked its rank until it completed: itself for a
+    blocking call, the wait call that saw a nonblocking one complete, or -1 (completed by a test,
+    never completed, or broken off)."""
+    from .._events import WAIT
+
+    blocked = np.where(events["end"] == events["returned"], np.arange(len(events)), -1)
+    blocked[events["open"] | (events["kind"] == WAIT)] = -1
+    for rank in np.unique(events["rank"]):
+        mine = np.nonzero(events["rank"] == rank)[0]
+        waits_of_rank = mine[events["kind"][mine] == WAIT]
+        later = mine[blocked[mine] < 0]
+        later = later[(events["kind"][later] != WAIT) & ~events["open"][later]]
+        if not len(waits_of_rank) or not len(later):
+            continue
+        starts = events["start"][waits_of_rank]  # sorted: the trace is
+        completed = events["end"][later]
+        k = np.searchsorted(starts, completed, side="right") - 1
+        inside = (k >= 0) & (events["end"][waits_of_rank[np.maximum(k, 0)]] >= completed)
+        blocked[later[inside]] = waits_of_rank[k[inside]]
+    return blocked
 
 
-def _point_to_point(trace: Trace) -> list[Wait]:
+def _point_to_point(events, waited_in: np.ndarray) -> list[Wait]:
     from ._trace import message_halves
 
-    events = trace.events
     found: list[Wait] = []
     for pair in message_halves(events).values():
         send, recv = events[pair["send"]], events[pair["recv"]]
-        if _blocking(recv) and recv["start"] < send["start"]:
-            lost = min(float(send["start"]), float(recv["end"])) - float(recv["start"])
-            found.append(_wait("late sender", recv, send, lost))
-        if _blocking(send) and send["start"] < recv["start"] <= send["end"]:
-            lost = float(recv["start"]) - float(send["start"])
-            found.append(_wait("late receiver", send, recv, lost))
+        receiving, sending = waited_in[pair["recv"]], waited_in[pair["send"]]
+        if receiving >= 0 and events["start"][receiving] < send["start"]:
+            waiting = events[receiving]
+            lost = min(float(send["start"]), float(waiting["end"])) - float(waiting["start"])
+            found.append(_wait("late sender", waiting, send, lost))
+        if sending >= 0 and events["start"][sending] < recv["start"] <= events["end"][sending]:
+            waiting = events[sending]
+            lost = float(recv["start"]) - float(waiting["start"])
+            found.append(_wait("late receiver", waiting, recv, lost))
     return found
 
 
-def _collective(trace: Trace) -> list[Wait]:
+def _collective(events, waited_in: np.ndarray) -> list[Wait]:
     from ._trace import collective_groups
 
-    events = trace.events
     found: list[Wait] = []
     for members in collective_groups(events).values():
-        if len(members) < 2:
-            continue
+        if len(members) < 2 or events["open"][members].any():
+            continue  # a member never arrived: the hang's diagnosis says why
         last = max(members, key=lambda i: float(events["start"][i]))
         arrived = float(events["start"][last])
         for i in members:
-            if i == last or not _blocking(events[i]):
+            blocker = waited_in[i]
+            if i == last or blocker < 0 or events["start"][blocker] >= arrived:
                 continue
-            lost = min(arrived, float(events["end"][i])) - float(events["start"][i])
+            waiting = events[blocker]
+            lost = min(arrived, float(waiting["end"])) - float(waiting["start"])
             barrier = str(events["op"][i]).lower() in ("barrier", "ibarrier")
             kind = "wait at barrier" if barrier else "wait at collective"
-            found.append(_wait(kind, events[i], events[last], lost))
+            found.append(_wait(kind, waiting, events[last], lost))
     return found
 
 
