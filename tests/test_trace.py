@@ -477,3 +477,90 @@ def test_a_deadlocked_run_keeps_its_trace_with_the_calls_it_broke_off(pool4):
     assert len(trace.collectives()) == 1 and trace.messages() == []  # broken-off calls match nothing
     for row in unfinished:  # each ends where its rank stopped recording, after it had waited
         assert row["end"] == pytest.approx(trace.span[int(row["rank"])][1]) and row["end"] - row["start"] > 1
+
+
+PIPELINE = (
+    "import time\n"
+    "if rank > 0:\n"
+    "    comm.recv(source=rank - 1)\n"
+    "time.sleep(0.1)\n"
+    "if rank < size - 1:\n"
+    "    comm.send(rank, dest=rank + 1)\n"
+)
+
+
+def test_a_pipelines_critical_path_runs_through_every_stage_in_order(pool4):
+    trace = pool4.run(PIPELINE).trace
+    path = trace.critical_path()
+    assert path.ranks() == [0, 1, 2, 3]
+    held = path.by_rank()
+    assert all(0.08 < held[r] < 0.2 for r in range(4))
+    assert sum(held.values()) == pytest.approx(path.wall, rel=0.05)
+    (biggest, seconds), *_ = path.by_line()
+    assert biggest in ("computing before line 6", "computing after the last MPI call") and seconds > 0.25
+    steps = path.steps
+    assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(steps, steps[1:]))  # a chain in time
+
+
+def test_the_critical_path_of_an_imbalance_runs_through_the_slow_rank(pool4):
+    trace = pool4.run("import time\nif rank == 2:\n    time.sleep(0.3)\ncomm.allreduce(rank)").trace
+    path = trace.critical_path()
+    assert path.ranks()[0] == 2 and path.by_rank()[2] > 0.25
+    assert "critical path" in path.text() and "rank 2" in path.text()
+
+
+LATE_SENDER = (
+    "import time\n"
+    "if rank == 1:\n"
+    "    time.sleep(0.2)\n"
+    "    comm.Send(np.zeros(1000), dest=0, tag=4)\n"
+    "elif rank == 0:\n"
+    "    comm.Recv(np.zeros(1000), source=1, tag=4)\n"
+    "comm.Barrier()\n"
+)
+
+
+def test_the_matrix_counts_bytes_messages_and_time(pool4):
+    trace = pool4.run(LATE_SENDER).trace
+    assert trace.matrix("bytes")[1, 0] == 8000 and trace.matrix("messages")[1, 0] == 1
+    time = trace.matrix("time")
+    assert 0.15 < time[1, 0] < 0.4 and time.sum() == time[1, 0]
+    with pytest.raises(ValueError, match="'bytes', 'messages', 'time'"):
+        trace.matrix("seconds")
+
+
+def test_histograms_of_sizes_and_durations_per_operation(pool4):
+    trace = pool4.run(LATE_SENDER + "for n in (1, 100, 10000):\n    comm.bcast(np.zeros(n))\n").trace
+    hist = trace.histograms()
+    sizes, durations = hist["sizes"], hist["durations"]
+    assert list(sizes["counts"]) == ["Send"] and sum(sizes["counts"]["Send"]) == 1
+    (bin_index,) = [i for i, n in enumerate(sizes["counts"]["Send"]) if n]
+    assert sizes["edges"][bin_index] <= 8000 < sizes["edges"][bin_index + 1]
+    assert sum(durations["counts"]["bcast"]) == 12 and sum(durations["counts"]["Barrier"]) == 4
+    (slow,) = [i for i, n in enumerate(durations["counts"]["Recv"]) if n]
+    assert durations["edges"][slow] <= 0.2 < durations["edges"][slow + 1] * 2
+
+
+def test_to_pandas_has_a_row_per_call(pool4):
+    trace = pool4.run(LATE_SENDER).trace
+    frame = trace.to_pandas()
+    assert len(frame) == len(trace) and set(frame["kind"]) == {"send", "recv", "collective"}
+    recv = frame[frame["op"] == "Recv"].iloc[0]
+    assert recv["stop"] - recv["start"] > 0.15 and recv["line"] == 6
+    assert frame.groupby("rank").size().to_dict() == {0: 2, 1: 2, 2: 1, 3: 1}
+
+
+def test_chrome_export_carries_wait_states_and_unfinished_calls(pool4):
+    import mpinb
+
+    trace = pool4.run(LATE_SENDER).trace
+    waits = [e for e in trace.to_chrome()["traceEvents"] if e.get("cat") == "wait state"]
+    assert {e["name"] for e in waits} == {"late sender", "wait at barrier"}
+    (late,) = [e for e in waits if e["name"] == "late sender"]
+    assert late["tid"] == 0 and late["args"]["waited for rank"] == 1
+    assert 150e3 < late["dur"] < 400e3
+    with pytest.raises(mpinb.DeadlockError):
+        pool4.run("if rank == 0:\n    comm.recv(source=1)\n", timeout=2)
+    (open_call,) = [e for e in pool4.last_result.trace.to_chrome()["traceEvents"]
+                    if e.get("args", {}).get("unfinished")]
+    assert open_call["name"] == "recv" and open_call["tid"] == 0

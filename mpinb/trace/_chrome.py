@@ -26,8 +26,15 @@ def chrome_trace(trace: Trace) -> dict:
         args = {"kind": KIND_NAMES[event["kind"]], "comm": event["comm"], "peer": int(event["peer_world"]),
                 "tag": int(event["tag"]), "sent": int(event["sent"]), "received": int(event["received"]),
                 "line": f"{event['file']}:{event['line']}"}
+        if event["open"]:
+            args["unfinished"] = True  # broken off when the run stopped
         events.append({"ph": "X", "name": event["op"], "cat": KIND_NAMES[event["kind"]], "pid": 0,
                        "tid": int(event["rank"]), "ts": start_us, "dur": duration, "args": args})
+    for wait in trace.waits():  # nested in the call that waited: same track, inside its slice
+        events.append({"ph": "X", "name": wait["kind"], "cat": "wait state", "pid": 0, "tid": wait["rank"],
+                       "ts": wait["start"] * 1e6, "dur": max(wait["seconds"] * 1e6, 0.001),
+                       "args": {"waited for rank": wait["peer"], "in": f"{wait['op']} (line {wait['line']})",
+                                "peer call": f"{wait['peer_op']} (line {wait['peer_line']})"}})
     for message in trace.messages():
         flow = {"name": "message", "cat": "message", "id": message["msg"], "pid": 0}
         # The arrow leaves the send slice at its start and lands at the end of the receive slice.

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._events import COLLECTIVE, FIELDS, RECV, SEND, WAIT, world_rank
+from .._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, WAIT, world_rank
 from .._protocol import Recording
 from ._match import match_messages
 from ._waits import Wait, waiting_per_rank, waits
+
+if TYPE_CHECKING:
+    from ._path import CriticalPath
+
+MATRIX_MEASURES = ("bytes", "messages", "time")
 
 DTYPE = np.dtype([
     ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
@@ -119,13 +125,41 @@ class Trace:
         return sorted(found, key=lambda c: c["start"])
 
     def matrix(self, what: str = "bytes") -> np.ndarray:
-        """``[i, j]``: bytes (or ``what="messages"``) that rank i sent to rank j point to point."""
-        if what not in ("bytes", "messages"):
-            raise ValueError("what must be 'bytes' or 'messages'")
-        grid = np.zeros((self.world_size, self.world_size), dtype=np.int64)
+        """``[i, j]``, over the point-to-point messages rank i sent to rank j: their ``"bytes"``,
+        their number (``"messages"``), or the ``"time"`` in seconds from each send's start to its
+        receive's end (what the messages cost the receiver, waiting for a late sender included)."""
+        if what not in MATRIX_MEASURES:
+            raise ValueError(f"what must be one of {', '.join(map(repr, MATRIX_MEASURES))}, not {what!r}")
+        grid = np.zeros((self.world_size, self.world_size), dtype=np.float64 if what == "time" else np.int64)
         for message in self.messages():
-            grid[message["source"], message["dest"]] += message["bytes"] if what == "bytes" else 1
+            if what == "time":
+                value = max(message["recv_end"] - min(message["send_start"], message["recv_start"]), 0.0)
+            else:
+                value = message["bytes"] if what == "bytes" else 1
+            grid[message["source"], message["dest"]] += value
         return grid
+
+    def histograms(self) -> dict[str, dict]:
+        """Per operation, how many messages of each size it sent (``"sizes"``, bins of powers of
+        two in bytes) and how many of its calls took each duration (``"durations"``, seconds in
+        bins of half a decade): ``{"sizes": {"edges": [...], "counts": {op: [...]}}, ...}``."""
+        events = self.events
+        sizes = events["sent"][(events["kind"] == SEND) & ~events["open"]]
+        top = int(sizes.max()) if len(sizes) else 1
+        size_edges = np.array([0, *[2.0 ** k for k in range(int(np.log2(max(top, 1))) + 2)]])
+        durations = busy_until(events) - events["start"]
+        longest = float(durations.max()) if len(durations) else 1e-6
+        steps = int(np.ceil(2 * np.log10(max(longest, 1e-6) / 1e-6))) + 1
+        time_edges = np.array([0.0, *(1e-6 * 10 ** (k / 2) for k in range(steps + 1))])
+        result: dict[str, dict] = {"sizes": {"edges": size_edges.tolist(), "counts": {}},
+                                   "durations": {"edges": time_edges.tolist(), "counts": {}}}
+        for op in sorted(set(events["op"])):
+            mine = events["op"] == op
+            sent = events["sent"][mine & (events["kind"] == SEND) & ~events["open"]]
+            if len(sent):
+                result["sizes"]["counts"][op] = np.histogram(sent, size_edges)[0].tolist()
+            result["durations"]["counts"][op] = np.histogram(durations[mine], time_edges)[0].tolist()
+        return result
 
     def unfinished(self) -> np.ndarray:
         """The calls that a stopped run broke off (one per rank that was waiting in MPI)."""
@@ -137,6 +171,13 @@ class Trace:
         if self._waits is None:
             self._waits = waits(self)
         return self._waits
+
+    def critical_path(self) -> CriticalPath:
+        """The chain of computing and messages that set the run's wall time, with how much of it
+        each rank and each line holds; see :mod:`mpinb.trace._path`."""
+        from ._path import critical_path
+
+        return critical_path(self)
 
     def summary(self) -> list[dict]:
         """Per rank: wall time, time inside MPI vs computing, time lost waiting for other ranks,
@@ -165,9 +206,22 @@ class Trace:
             })
         return rows
 
+    def to_pandas(self):
+        """The events as a ``pandas.DataFrame`` (one row per call; ``stop`` is when the call
+        stopped holding its rank), for analyses of your own. Needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Trace.to_pandas() needs pandas: pip install pandas") from None
+        frame = pd.DataFrame({name: self.events[name] for name in self.events.dtype.names})
+        frame["kind"] = pd.Categorical.from_codes(self.events["kind"], KIND_NAMES)
+        frame.insert(frame.columns.get_loc("end"), "stop", busy_until(self.events))
+        return frame
+
     def to_chrome(self, path: str | None = None) -> dict:
         """The Chrome trace event format (Perfetto, chrome://tracing): one track per rank, flow
-        arrows from each send to its receive. Written to ``path`` if given; returned either way."""
+        arrows from each send to its receive, each wait state as a slice inside the call that
+        waited, broken-off calls marked ``unfinished``. Written to ``path`` if given; returned either way."""
         from ._chrome import chrome_trace
 
         document = chrome_trace(self)
