@@ -213,7 +213,7 @@ class Trace:
             import pandas as pd
         except ImportError:
             raise ImportError("Trace.to_pandas() needs pandas: pip install pandas") from None
-        frame = pd.DataFrame({name: self.events[name] for name in self.events.dtype.names})
+        frame = pd.DataFrame({name: self.events[name] for name in self.events.dtype.names or ()})
         frame["kind"] = pd.Categorical.from_codes(self.events["kind"], KIND_NAMES)
         frame.insert(frame.columns.get_loc("end"), "stop", busy_until(self.events))
         return frame
