@@ -102,3 +102,47 @@ def test_space_time_diagram_matrix_and_summary(tmp_path, artifacts, existing_poo
         page.click(".mpinb-trace .tab[data-panel='summary']")
         assert page.locator(".mpinb-trace table tr").count() == 4
     assert not wait_until_gone(15, existing_pools)
+
+
+@pytest.mark.timeout(240)
+def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, artifacts, existing_pools):
+    write_notebook(str(tmp_path / "insight.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 3 --view full\nimport time\nif rank == 1:\n    time.sleep(0.3)\n    comm.Send(np.ones(64), dest=0)\n"
+        "elif rank == 0:\n    comm.Recv(np.zeros(64), source=1)\ncomm.allreduce(rank)",
+        "%%mpi --timeout 3 --view full\ncomm.recv(source=(rank + 1) % size)",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "insight.ipynb") as page:
+        run_all(page)
+        page.wait_for_selector(".mpinb-trace >> nth=1", timeout=90_000)
+        first, stopped = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
+        canvas = first.locator("canvas[data-waits]")
+        assert int(canvas.get_attribute("data-waits")) >= 2, "the late sender and the waits at the allreduce"
+        assert int(canvas.get_attribute("data-path")) >= 2, "the critical path passes rank 1, then rank 0"
+        page.screenshot(path=os.path.join(artifacts, "trace-waits-and-path.png"))
+
+        first.locator("input[data-filter='show_ranks']").fill("0-1")
+        first.locator("canvas[data-lanes='2']").wait_for(timeout=10_000)
+        first.locator("select[data-filter='show_op']").select_option("Recv")
+        first.locator("canvas[data-boxes='1']").wait_for(timeout=10_000)
+        assert first.locator("canvas").get_attribute("data-arrows") == "0", "the send is filtered out"
+        first.locator("input[data-filter='show_path']").uncheck()
+        first.locator("canvas[data-path='0']").wait_for(timeout=10_000)
+
+        first.locator(".tab[data-panel='matrix']").click()
+        first.locator("select[data-filter='measure']").select_option("time")
+        cell = first.locator("table.heat tr").nth(2).locator("td.cell").nth(0)  # rank 1 -> rank 0
+        assert cell.inner_text().endswith("ms"), cell.inner_text()
+        first.locator(".tab[data-panel='stats']").click()
+        assert first.locator("h4").all_inner_texts()[0].startswith("Message sizes")
+        assert "Recv" in first.locator("table.heat").nth(1).inner_text()
+        first.locator(".tab[data-panel='summary']").click()
+        assert "waited" in first.locator(".loss").first.inner_text()
+        assert "critical path" in first.locator(".path").inner_text()
+
+        open_canvas = stopped.locator("canvas[data-open]")
+        assert open_canvas.get_attribute("data-open") == "3", "each rank's broken-off recv"
+        assert "3 calls unfinished" in stopped.locator(".info").inner_text()
+        stopped.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-deadlock-unfinished.png"))
+    assert not wait_until_gone(15, existing_pools)

@@ -477,6 +477,7 @@ def test_a_deadlocked_run_keeps_its_trace_with_the_calls_it_broke_off(pool4):
     assert len(trace.collectives()) == 1 and trace.messages() == []  # broken-off calls match nothing
     for row in unfinished:  # each ends where its rank stopped recording, after it had waited
         assert row["end"] == pytest.approx(trace.span[int(row["rank"])][1]) and row["end"] - row["start"] > 1
+    assert trace.critical_path().steps == [] and "stopped" in trace.critical_path().text()
 
 
 PIPELINE = (

@@ -34,10 +34,12 @@ class Step(TypedDict):
 
 @dataclass
 class CriticalPath:
-    """``steps`` in time order; ``wall`` is the run's wall time, which the path spans."""
+    """``steps`` in time order; ``wall`` is the run's wall time, which the path spans. A run that
+    was stopped (``stopped``) has none: what set its time was the stop, not its work."""
 
     steps: list[Step]
     wall: float
+    stopped: bool = False
 
     def by_rank(self) -> dict[int, float]:
         """Seconds of the path on each rank, the most first."""
@@ -64,6 +66,8 @@ class CriticalPath:
         return order
 
     def text(self, top: int = 5) -> str:
+        if self.stopped:
+            return "critical path: none, the run was stopped before it finished"
         if not self.steps:
             return "critical path: no MPI calls recorded"
         wall = max(self.wall, 1e-12)
@@ -94,6 +98,8 @@ def critical_path(trace: Trace) -> CriticalPath:
     began = min(start for start, _ in trace.span.values())
     rank = max(trace.span, key=lambda r: trace.span[r][1])
     wall = trace.span[rank][1] - began
+    if len(trace.unfinished()):
+        return CriticalPath([], wall, stopped=True)
     waits_of: dict[int, list] = {}
     for w in trace.waits():
         waits_of.setdefault(w["rank"], []).append(w)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 # The same colours as trace.js.
 KIND_COLORS = {SEND: "#4e79a7", RECV: "#59a14f", COLLECTIVE: "#f28e2b", WAIT: "#9c755f", 4: "#bab0ac"}
+WAIT_COLOR = "#d62728"
+PATH_COLOR = "#b0151a"
 MAX_ARROWS = 1000
 
 
@@ -48,8 +50,26 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:
                     continue
                 last_pixel = int(x0)
             color = KIND_COLORS.get(int(events["kind"][i]), "#999")
+            fill = f'fill="none" stroke="{color}" stroke-dasharray="4 3"' if events["open"][i] else f'fill="{color}"'
             parts.append(f'<rect x="{x0:.1f}" y="{y_of[rank] + 3}" width="{max(x1 - x0, 1):.1f}" '
-                         f'height="{lane - 6}" fill="{color}"/>')
+                         f'height="{lane - 6}" {fill}/>')
+    for wait in trace.waits():
+        if wait["rank"] in y_of:
+            x0 = left + wait["start"] * scale
+            parts.append(f'<rect x="{x0:.1f}" y="{y_of[wait["rank"]] + lane - 7}" '
+                         f'width="{max(wait["seconds"] * scale, 1):.1f}" height="4" fill="{WAIT_COLOR}"/>')
+    for row in trace.unfinished():  # a dashed line towards the rank it waits for
+        if int(row["peer_world"]) in y_of and row["peer_world"] != row["rank"]:
+            x = left + row["end"] * scale
+            parts.append(f'<line x1="{x:.1f}" y1="{y_of[int(row["rank"])] + lane / 2}" x2="{x - 16:.1f}" '
+                         f'y2="{y_of[int(row["peer_world"])] + lane / 2}" stroke="{WAIT_COLOR}" '
+                         'stroke-dasharray="4 3" stroke-width="1.5"/>')
+    points = []
+    for step in trace.critical_path().steps:
+        middle = y_of[step["rank"]] + lane / 2
+        points += [f"{left + step['start'] * scale:.1f},{middle}", f"{left + step['end'] * scale:.1f},{middle}"]
+    if points:
+        parts.append(f'<polyline points="{" ".join(points)}" fill="none" stroke="{PATH_COLOR}" stroke-width="2.5"/>')
     messages = trace.messages()
     for message in messages[:MAX_ARROWS]:
         if message["source"] not in y_of or message["dest"] not in y_of:
@@ -81,6 +101,12 @@ def summary_text(trace: Trace) -> str:
         lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['waiting'] * 1e3:10.2f}"
                      f"  {row['messages_sent']:>8}  {row['bytes_sent']:>11,}  {row['bytes_received']:>11,}")
     lines += explain(trace.waits())
+    unfinished = trace.unfinished()
+    if len(unfinished):
+        lines.append("stopped while " + "; ".join(
+            f"rank {row['rank']} waited in {row['op']} (line {row['line']})"
+            + (f" for rank {row['peer_world']}" if row["peer_world"] >= 0 else "") for row in unfinished))
+    lines += trace.critical_path().text(top=3).splitlines()
     if trace.dropped:
         lines.append(f"({sum(trace.dropped.values()):,} calls not recorded on "
                      f"{format_ranks(trace.dropped, word=True)}: each rank records a share of the pool's "

@@ -105,6 +105,7 @@ class Trace:
                 "send_start": float(send["start"]), "send_end": float(send["end"]),
                 "recv_start": float(recv["start"]), "recv_end": float(recv["end"]),
                 "send_line": int(send["line"]), "recv_line": int(recv["line"]),
+                "send_index": halves["send"], "recv_index": halves["recv"],  # rows of ``events``
             })
         return sorted(found, key=lambda m: m["send_start"])
 

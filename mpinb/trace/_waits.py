@@ -20,6 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ._trace import Trace
 
+WAIT_KINDS = ("late sender", "late receiver", "wait at collective", "wait at barrier")
 # Shorter waits are noise (a message in flight, clocks aligned to a few microseconds).
 SMALLEST_WAIT = 1e-4
 

@@ -26,7 +26,16 @@ const CSS = `
 .mpinb-trace .legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 10px; }
 .mpinb-trace .stack { display: flex; height: 12px; width: 240px; background: #eee; }
 .mpinb-trace .loss { color: #8a4b00; margin: 2px 0; }
+.mpinb-trace .path { color: #b0151a; margin: 2px 0; white-space: pre; font-family: var(--jp-code-font-family, monospace); font-size: 11px; }
+.mpinb-trace .filters { display: flex; gap: 10px; align-items: center; margin: 4px 0; color: #555; flex-wrap: wrap; }
+.mpinb-trace .filters input[type=text] { width: 64px; font-size: 11px; }
+.mpinb-trace .filters select { font-size: 11px; max-width: 140px; }
+.mpinb-trace .filters .bad { outline: 1px solid #d62728; }
+.mpinb-trace h4 { margin: 8px 0 2px; font-size: 12px; }
 `;
+const WAIT_KINDS = ["late sender", "late receiver", "wait at collective", "wait at barrier"];
+const WAIT_COLOR = "rgba(214,39,40,0.85)";
+const PATH_COLOR = "rgba(176,21,26,0.9)";
 
 function column(view, Type) {
   if (!view) return new Type(0);
@@ -37,25 +46,70 @@ function column(view, Type) {
 
 function load(model) {
   const e = model.get("events"), m = model.get("messages"), c = model.get("collectives");
+  const w = model.get("waits"), p = model.get("path");
   const ev = {
     rank: column(e.rank, Int32Array), kind: column(e.kind, Int8Array), op: column(e.op, Int16Array),
-    start: column(e.start, Float64Array), stop: column(e.stop, Float64Array),
+    comm: column(e.comm, Int16Array), start: column(e.start, Float64Array), stop: column(e.stop, Float64Array),
     peer: column(e.peer, Int32Array), tag: column(e.tag, Int32Array), bytes: column(e.bytes, Float64Array),
-    file: column(e.file, Int16Array), line: column(e.line, Int32Array),
+    file: column(e.file, Int16Array), line: column(e.line, Int32Array), open: column(e.open, Int8Array),
   };
   const msg = {
     source: column(m.source, Int32Array), dest: column(m.dest, Int32Array),
     start: column(m.start, Float64Array), end: column(m.end, Float64Array),
+    send: column(m.send, Int32Array), recv: column(m.recv, Int32Array),
   };
   const coll = {
     low: column(c.low, Int32Array), high: column(c.high, Int32Array),
     start: column(c.start, Float64Array), end: column(c.end, Float64Array),
+    op: column(c.op, Int16Array), comm: column(c.comm, Int16Array),
   };
-  const ranks = model.get("ranks");
-  const lane = new Map(ranks.map((r, i) => [r, i]));
-  const byLane = ranks.map(() => []);
-  for (let i = 0; i < ev.rank.length; i++) byLane[lane.get(ev.rank[i])].push(i);  // sorted by start
-  return { ev, msg, coll, ranks, lane, byLane: byLane.map((a) => Int32Array.from(a)) };
+  const waits = {
+    rank: column(w.rank, Int32Array), start: column(w.start, Float64Array), end: column(w.end, Float64Array),
+    peer: column(w.peer, Int32Array), kind: column(w.kind, Int8Array),
+  };
+  const path = { rank: column(p.rank, Int32Array), start: column(p.start, Float64Array), end: column(p.end, Float64Array) };
+  return { ev, msg, coll, waits, path, allRanks: model.get("ranks") };
+}
+
+// "0-3,6" -> a Set of ranks; null when the text names none or does not parse.
+function parseRanks(text) {
+  const found = new Set();
+  for (const part of text.split(",").map((x) => x.trim()).filter(Boolean)) {
+    const match = /^(\d+)(?:\s*-\s*(\d+))?$/.exec(part);
+    if (!match) return null;
+    const lo = +match[1], hi = match[2] === undefined ? lo : +match[2];
+    for (let r = Math.min(lo, hi); r <= Math.max(lo, hi); r++) found.add(r);
+  }
+  return found.size ? found : null;
+}
+
+// Which ranks (lanes) and which calls the filters leave; sets data.ranks, lane, byLane, visible.
+function applyFilters(model, data) {
+  const ops = model.get("ops"), comms = model.get("comms");
+  const rankText = model.get("show_ranks").trim(), tagText = model.get("show_tag").trim();
+  const chosen = rankText ? parseRanks(rankText) : null;
+  const op = ops.indexOf(model.get("show_op")), comm = comms.indexOf(model.get("show_comm"));
+  const tag = /^-?\d+$/.test(tagText) ? +tagText : null;
+  data.ranks = chosen ? data.allRanks.filter((r) => chosen.has(r)) : data.allRanks.slice();
+  if (!data.ranks.length) data.ranks = data.allRanks.slice();
+  data.lane = new Map(data.ranks.map((r, i) => [r, i]));
+  const { ev } = data, n = ev.rank.length;
+  const visible = new Uint8Array(n);
+  const byLane = data.ranks.map(() => []);
+  for (let i = 0; i < n; i++) {  // sorted by start
+    const laneIndex = data.lane.get(ev.rank[i]);
+    if (laneIndex === undefined) continue;
+    if (op >= 0 && ev.op[i] !== op) continue;
+    if (comm >= 0 && ev.comm[i] !== comm) continue;
+    if (tag !== null && ev.tag[i] !== tag) continue;
+    visible[i] = 1;
+    byLane[laneIndex].push(i);
+  }
+  data.visible = visible;
+  data.byLane = byLane.map((a) => Int32Array.from(a));
+  data.filtered = data.ranks.length < data.allRanks.length || op >= 0 || comm >= 0 || tag !== null;
+  data.badRanks = Boolean(rankText) && !chosen;
+  data.badTag = Boolean(tagText) && tag === null;
 }
 
 function fmtTime(s) {
@@ -111,6 +165,7 @@ function drawCalls(g, frame, data) {
     let lastPixel = -1;
     for (let j = 0; j < indices.length; j++) {
       const i = indices[j];
+      if (ev.open[i]) continue;
       const x0 = frame.xOf(ev.start[i]), x1 = frame.xOf(ev.stop[i]);
       if (x1 < LEFT || x0 > frame.width) continue;
       if (x1 - x0 < 1) {
@@ -127,39 +182,115 @@ function drawCalls(g, frame, data) {
 }
 
 function drawCollectives(g, frame, data) {
-  // One frame across the lanes of the ranks that took part.
-  const { coll, lane } = data;
+  // One frame across the lanes of the ranks that took part (of those shown).
+  const { coll, lane, ranks } = data, ops = data.opFilter, comms = data.commFilter;
   g.strokeStyle = "rgba(242,142,43,0.9)";
   for (let k = 0; k < coll.low.length; k++) {
+    if ((ops >= 0 && coll.op[k] !== ops) || (comms >= 0 && coll.comm[k] !== comms)) continue;
     const x0 = frame.xOf(coll.start[k]), x1 = frame.xOf(coll.end[k]);
-    if (x1 < LEFT || x0 > frame.width || !lane.has(coll.low[k]) || !lane.has(coll.high[k])) continue;
-    const y0 = frame.yOf(lane.get(coll.low[k])) + 1, y1 = frame.yOf(lane.get(coll.high[k])) + frame.laneH - 1;
+    if (x1 < LEFT || x0 > frame.width) continue;
+    const inside = ranks.filter((r) => r >= coll.low[k] && r <= coll.high[k]);
+    if (!inside.length) continue;
+    const y0 = frame.yOf(lane.get(inside[0])) + 1, y1 = frame.yOf(lane.get(inside[inside.length - 1])) + frame.laneH - 1;
     g.strokeRect(x0, y0, Math.max(x1 - x0, 1), y1 - y0);
   }
 }
 
+function arrowHead(g, x0, y0, x1, y1, filled) {
+  const angle = Math.atan2(y1 - y0, x1 - x0);
+  g.beginPath();
+  g.moveTo(x1 - 6 * Math.cos(angle - 0.4), y1 - 6 * Math.sin(angle - 0.4));
+  g.lineTo(x1, y1);
+  g.lineTo(x1 - 6 * Math.cos(angle + 0.4), y1 - 6 * Math.sin(angle + 0.4));
+  if (filled) g.fill(); else g.stroke();
+}
+
 function drawMessages(g, frame, data) {
-  // An arrow from each send to the end of its receive. Returns the arrows drawn.
-  const { msg, lane } = data;
+  // An arrow from each send to the end of its receive (both halves shown). Returns the arrows drawn.
+  const { msg, lane, visible } = data;
   let arrows = 0;
   g.strokeStyle = "rgba(30,30,30,0.55)";
   g.fillStyle = "rgba(30,30,30,0.7)";
   g.lineWidth = 1;
   for (let k = 0; k < msg.source.length; k++) {
+    if (!visible[msg.send[k]] || !visible[msg.recv[k]]) continue;
     const x0 = frame.xOf(msg.start[k]), x1 = frame.xOf(msg.end[k]);
     if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
     const y0 = frame.yOf(lane.get(msg.source[k])) + frame.laneH / 2;
     const y1 = frame.yOf(lane.get(msg.dest[k])) + frame.laneH / 2;
     g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
-    const angle = Math.atan2(y1 - y0, x1 - x0);
-    g.beginPath();
-    g.moveTo(x1, y1);
-    g.lineTo(x1 - 6 * Math.cos(angle - 0.4), y1 - 6 * Math.sin(angle - 0.4));
-    g.lineTo(x1 - 6 * Math.cos(angle + 0.4), y1 - 6 * Math.sin(angle + 0.4));
-    g.fill();
+    arrowHead(g, x0, y0, x1, y1, true);
     arrows++;
   }
   return arrows;
+}
+
+function drawWaits(g, frame, data) {
+  // The waiting part of each call that waited: a red band along the bottom of its box.
+  const { waits, lane } = data;
+  let drawn = 0;
+  g.fillStyle = WAIT_COLOR;
+  for (let k = 0; k < waits.rank.length; k++) {
+    if (!lane.has(waits.rank[k])) continue;
+    const x0 = frame.xOf(waits.start[k]), x1 = frame.xOf(waits.end[k]);
+    if (x1 < LEFT || x0 > frame.width) continue;
+    const y = frame.yOf(lane.get(waits.rank[k]));
+    const band = Math.max(2, Math.floor(frame.laneH / 4));
+    g.fillRect(x0, y + frame.laneH - 2 - band, Math.max(x1 - x0, 1), band);
+    drawn++;
+  }
+  return drawn;
+}
+
+function drawOpen(g, frame, data) {
+  // Calls that a stopped run broke off: an open box to where the rank stopped, and a dashed arrow
+  // towards the rank it waited for, so that a deadlock's cycle shows as crossing arrows.
+  const { ev, lane } = data;
+  let drawn = 0;
+  g.save();
+  g.setLineDash([4, 3]);
+  g.lineWidth = 1.5;
+  for (let i = 0; i < ev.rank.length; i++) {
+    if (!ev.open[i] || !data.visible[i]) continue;
+    const x0 = frame.xOf(ev.start[i]), x1 = frame.xOf(ev.stop[i]);
+    const y = frame.yOf(lane.get(ev.rank[i]));
+    g.strokeStyle = KIND_COLOR[ev.kind[i]] || "#999";
+    g.strokeRect(x0, y + 2, Math.max(x1 - x0, 2), frame.laneH - 4);
+    if (ev.peer[i] >= 0 && lane.has(ev.peer[i]) && ev.peer[i] !== ev.rank[i]) {
+      const y0 = y + frame.laneH / 2, y1 = frame.yOf(lane.get(ev.peer[i])) + frame.laneH / 2;
+      g.strokeStyle = WAIT_COLOR;
+      g.beginPath(); g.moveTo(x1, y0); g.lineTo(x1 - 16, y1); g.stroke();
+      g.setLineDash([]);
+      arrowHead(g, x1, y0, x1 - 16, y1, false);
+      g.setLineDash([4, 3]);
+    }
+    drawn++;
+  }
+  g.restore();
+  return drawn;
+}
+
+function drawPath(g, frame, data) {
+  // The critical path: a red line through the lanes, jumping where a message or an arrival set the time.
+  const { path, lane } = data;
+  let steps = 0, last = null;
+  g.save();
+  g.strokeStyle = PATH_COLOR;
+  g.lineWidth = 2.5;
+  g.beginPath();
+  for (let k = 0; k < path.rank.length; k++) {
+    if (!lane.has(path.rank[k])) { last = null; continue; }
+    const y = frame.yOf(lane.get(path.rank[k])) + frame.laneH / 2;
+    const x0 = frame.xOf(path.start[k]), x1 = frame.xOf(path.end[k]);
+    if (last) g.moveTo(last.x, last.y); else g.moveTo(x0, y);
+    g.lineTo(x0, y);
+    g.lineTo(x1, y);
+    last = { x: x1, y };
+    steps++;
+  }
+  g.stroke();
+  g.restore();
+  return steps;
 }
 
 function callAt(frame, data, x, y) {
@@ -180,20 +311,67 @@ function callAt(frame, data, x, y) {
   return -1;
 }
 
-function callText(model, ev, i) {
+function callText(model, data, i) {
+  const { ev, waits } = data;
   const ops = model.get("ops"), files = model.get("files");
   const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
   const tag = ev.tag[i] >= 0 ? `  tag ${ev.tag[i]}` : "";
-  return `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${KIND[ev.kind[i]]})${peer}${tag}\n`
+  let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${KIND[ev.kind[i]]})${peer}${tag}\n`
     + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
     + `${files[ev.file[i]]}, line ${ev.line[i]}`;
+  if (ev.open[i]) text += "\nunfinished: still waiting when the run stopped";
+  for (let k = 0; k < waits.rank.length; k++) {
+    if (waits.rank[k] === ev.rank[i] && waits.start[k] >= ev.start[i] - 1e-9 && waits.end[k] <= ev.stop[i] + 1e-9) {
+      text += `\n${WAIT_KINDS[waits.kind[k]]}: waited ${fmtTime(waits.end[k] - waits.start[k])} for rank ${waits.peer[k]}`;
+    }
+  }
+  return text;
+}
+
+function filterBar(model, data, onChange) {
+  // Ranks, operation, communicator, tag; and whether waits and the critical path are drawn.
+  const bar = document.createElement("div");
+  bar.className = "filters";
+  const text = (key, label, hint) => {
+    const input = document.createElement("input");
+    input.type = "text"; input.value = model.get(key); input.placeholder = hint; input.dataset.filter = key;
+    // Applied as one types (JupyterLab's command mode may take the Enter key for itself).
+    let pause = null;
+    input.addEventListener("input", () => {
+      clearTimeout(pause);
+      pause = setTimeout(() => { model.set(key, input.value); model.save_changes(); onChange(); }, 250);
+    });
+    const wrap = document.createElement("label");
+    wrap.append(`${label} `, input);
+    return [wrap, input];
+  };
+  const choice = (key, label, values) => {
+    const select = document.createElement("select");
+    select.dataset.filter = key;
+    for (const value of ["", ...values]) select.add(new Option(value || "all", value, false, value === model.get(key)));
+    select.addEventListener("change", () => { model.set(key, select.value); model.save_changes(); onChange(); });
+    const wrap = document.createElement("label");
+    wrap.append(`${label} `, select);
+    return wrap;
+  };
+  const check = (key, label) => {
+    const box = document.createElement("input");
+    box.type = "checkbox"; box.checked = model.get(key); box.dataset.filter = key;
+    box.addEventListener("change", () => { model.set(key, box.checked); model.save_changes(); onChange(); });
+    const wrap = document.createElement("label");
+    wrap.append(box, ` ${label}`);
+    return wrap;
+  };
+  const [ranksLabel, ranksInput] = text("show_ranks", "ranks", "all");
+  const [tagLabel, tagInput] = text("show_tag", "tag", "all");
+  bar.append(ranksLabel, choice("show_op", "op", model.get("ops")), choice("show_comm", "comm", model.get("comms")),
+             tagLabel, check("show_waits", "waits"), check("show_path", "critical path"));
+  const mark = () => { ranksInput.classList.toggle("bad", data.badRanks); tagInput.classList.toggle("bad", data.badTag); };
+  return [bar, mark];
 }
 
 function timeline(model, data, box) {
   const expanded = model.get("expanded");
-  // Up to a few dozen ranks fit as they are; beyond, lanes thin out and the plot scrolls.
-  const thinnest = data.ranks.length > 128 ? 3 : 8;
-  const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / data.ranks.length)));
   const plot = document.createElement("div");
   plot.className = "plot";
   plot.style.maxHeight = `${PLOT_MAX_H}px`;
@@ -201,16 +379,31 @@ function timeline(model, data, box) {
   const tip = document.createElement("div");
   tip.className = "tip";
   plot.append(canvas, tip);
-  box.appendChild(plot);
   const legend = document.createElement("div");
   legend.className = "legend";
   legend.innerHTML = KIND.slice(0, 4).map((k, i) => `<span style="background:${KIND_COLOR[i]}"></span>${k}`).join("")
-    + "<span style='background:#fff;border:1px solid #ccc'></span>computing \u00b7 wheel: zoom, drag: pan, double-click: reset";
-  box.appendChild(legend);
+    + "<span style='background:#fff;border:1px solid #ccc'></span>computing"
+    + `<span style="background:${WAIT_COLOR}"></span>waiting`
+    + `<span style="background:${PATH_COLOR};height:3px"></span>critical path`
+    + "<span style='background:#fff;border:1px dashed #d62728'></span>unfinished"
+    + " \u00b7 wheel: zoom, drag: pan, double-click: reset";
 
-  const duration = Math.max(model.get("duration"), 1e-9);
-  const frame = makeFrame(data.ranks.length, laneH, duration);
+  const duration = Math.max(model.get("duration"), model.get("axis_end"), 1e-9);
   const dpr = window.devicePixelRatio || 1;
+  let frame = null;
+
+  function layout() {
+    applyFilters(model, data);
+    data.opFilter = model.get("ops").indexOf(model.get("show_op"));
+    data.commFilter = model.get("comms").indexOf(model.get("show_comm"));
+    // Up to a few dozen ranks fit as they are; beyond, lanes thin out and the plot scrolls.
+    const thinnest = data.ranks.length > 128 ? 3 : 8;
+    const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / data.ranks.length)));
+    const view = frame ? frame.view : { t0: 0, t1: duration };
+    frame = makeFrame(data.ranks.length, laneH, duration);
+    frame.view = view;
+    size();
+  }
 
   function size() {
     frame.width = Math.max(box.clientWidth || 800, 300);
@@ -226,12 +419,18 @@ function timeline(model, data, box) {
     g.save();
     g.beginPath(); g.rect(LEFT, 0, frame.width - LEFT - RIGHT, frame.height); g.clip();
     const boxes = drawCalls(g, frame, data);
+    const waits = model.get("show_waits") ? drawWaits(g, frame, data) : 0;
     drawCollectives(g, frame, data);
     const arrows = drawMessages(g, frame, data);
+    const open = drawOpen(g, frame, data);
+    const path = model.get("show_path") ? drawPath(g, frame, data) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows });
+    Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows, waits, open, path });
   }
+
+  const [filters, markBad] = filterBar(model, data, () => { layout(); draw(); markBad(); });
+  box.append(filters, plot, legend);
 
   let dragging = null;
   canvas.addEventListener("mousemove", (event) => {
@@ -245,7 +444,7 @@ function timeline(model, data, box) {
     }
     const i = callAt(frame, data, x, y);
     if (i < 0) { tip.style.display = "none"; return; }
-    tip.textContent = callText(model, data.ev, i);
+    tip.textContent = callText(model, data, i);
     tip.style.display = "block";
     tip.style.left = `${Math.min(x + 12, frame.width - 260)}px`;
     tip.style.top = `${y + 12}px`;
@@ -261,20 +460,33 @@ function timeline(model, data, box) {
     draw();
   }, { passive: false });
   canvas.addEventListener("dblclick", () => { frame.view.t0 = 0; frame.view.t1 = duration; draw(); });
-  size();
+  layout();
   draw();
+  markBad();
   return () => { size(); draw(); };
 }
 
+const MEASURES = { messages: "matrix_count", bytes: "matrix_bytes", time: "matrix_time" };
+
 function matrix(model, box) {
-  const bytes = model.get("matrix_bytes"), counts = model.get("matrix_count");
-  const peak = Math.max(1, ...bytes.flat());
+  const measure = model.get("measure");
+  const values = model.get(MEASURES[measure]);
+  const bytes = model.get("matrix_bytes"), counts = model.get("matrix_count"), times = model.get("matrix_time");
+  const peak = Math.max(1e-12, ...values.flat());
+  const switcher = document.createElement("div");
+  switcher.className = "filters";
+  const select = document.createElement("select");
+  select.dataset.filter = "measure";
+  for (const key of Object.keys(MEASURES)) select.add(new Option(key, key, false, key === measure));
+  select.addEventListener("change", () => { model.set("measure", select.value); model.save_changes(); });
+  switcher.append("show ", select);
   const table = document.createElement("table");
   table.className = "heat";
   const head = table.insertRow();
   head.insertCell().textContent = "from \\ to";
-  bytes.forEach((_, j) => { head.insertCell().textContent = j; });
-  bytes.forEach((row, i) => {
+  values.forEach((_, j) => { head.insertCell().textContent = j; });
+  const show = { messages: (v) => (v ? String(v) : ""), bytes: (v) => (v ? fmtBytes(v) : ""), time: (v) => (v ? fmtTime(v) : "") };
+  values.forEach((row, i) => {
     const tr = table.insertRow();
     tr.insertCell().textContent = `rank ${i}`;
     row.forEach((value, j) => {
@@ -283,14 +495,53 @@ function matrix(model, box) {
       const level = value / peak;
       cell.style.background = value ? `rgba(78,121,167,${0.15 + 0.85 * level})` : "#fafafa";
       cell.style.color = level > 0.6 ? "#fff" : "#222";
-      cell.textContent = counts[i][j] || "";
-      cell.title = `rank ${i} \u2192 rank ${j}: ${counts[i][j]} messages, ${fmtBytes(value)}`;
+      cell.textContent = show[measure](value);
+      cell.title = `rank ${i} \u2192 rank ${j}: ${counts[i][j]} messages, ${fmtBytes(bytes[i][j])}, ${fmtTime(times[i][j])}`;
     });
   });
   const note = document.createElement("div");
   note.className = "legend";
-  note.textContent = "point-to-point messages (numbers) and bytes (colour) from each rank to each rank";
-  box.append(table, note);
+  note.textContent = {
+    messages: "point-to-point messages from each rank to each rank",
+    bytes: "bytes sent point to point from each rank to each rank",
+    time: "seconds from each send's start to its receive's end, summed (a late sender's wait included)",
+  }[measure];
+  box.append(switcher, table, note);
+}
+
+function histogram(title, data, format, box) {
+  // Operations down, bins across; each cell's shade is its share of the operation's calls.
+  const heading = document.createElement("h4");
+  heading.textContent = title;
+  const table = document.createElement("table");
+  table.className = "heat";
+  const counts = Object.entries(data.counts);
+  const used = data.edges.slice(0, -1).map((_, b) => counts.some(([, row]) => row[b]));
+  const first = used.indexOf(true), last = used.lastIndexOf(true);
+  if (first < 0) return;
+  const head = table.insertRow();
+  head.insertCell();
+  for (let b = first; b <= last; b++) head.insertCell().textContent = `\u2265${format(data.edges[b])}`;
+  for (const [op, row] of counts) {
+    const tr = table.insertRow();
+    tr.insertCell().textContent = op;
+    const peak = Math.max(1, ...row);
+    for (let b = first; b <= last; b++) {
+      const cell = tr.insertCell();
+      cell.className = "cell";
+      cell.style.background = row[b] ? `rgba(78,121,167,${0.15 + 0.85 * (row[b] / peak)})` : "#fafafa";
+      cell.style.color = row[b] / peak > 0.6 ? "#fff" : "#222";
+      cell.textContent = row[b] || "";
+      cell.title = `${op}: ${row[b]} in [${format(data.edges[b])}, ${format(data.edges[b + 1])})`;
+    }
+  }
+  box.append(heading, table);
+}
+
+function statistics(model, box) {
+  const hist = model.get("histograms");
+  histogram("Message sizes (messages sent, per operation)", hist.sizes, fmtBytes, box);
+  histogram("Call durations (calls, per operation)", hist.durations, fmtTime, box);
 }
 
 function summary(model, box) {
@@ -323,7 +574,13 @@ function summary(model, box) {
     line.textContent = text;
     box.appendChild(line);
   }
+  const path = document.createElement("div");
+  path.className = "path";
+  path.textContent = model.get("path_text").join("\n");
+  box.appendChild(path);
 }
+
+const PANELS = [["timeline", "Space-time"], ["matrix", "Matrix"], ["summary", "Per rank"], ["stats", "Statistics"]];
 
 function render({ model, el }) {
   const style = document.createElement("style");
@@ -338,7 +595,7 @@ function render({ model, el }) {
     root.replaceChildren();
     const bar = document.createElement("div");
     bar.className = "bar";
-    for (const [key, label] of [["timeline", "Space-time"], ["matrix", "Matrix"], ["summary", "Per rank"]]) {
+    for (const [key, label] of PANELS) {
       const tab = document.createElement("span");
       tab.className = "tab" + (model.get("panel") === key ? " active" : "");
       tab.dataset.panel = key;
@@ -349,8 +606,10 @@ function render({ model, el }) {
     const info = document.createElement("span");
     info.className = "info";
     const dropped = model.get("dropped");
+    const open = data.ev.open.reduce((n, v) => n + v, 0);
     info.textContent = `${data.ev.rank.length} MPI calls \u00b7 ${data.msg.source.length} messages \u00b7 `
-      + fmtTime(model.get("duration")) + (dropped ? ` \u00b7 ${dropped} calls not recorded (buffer full)` : "");
+      + fmtTime(model.get("duration")) + (open ? ` \u00b7 stopped with ${open} calls unfinished` : "")
+      + (dropped ? ` \u00b7 ${dropped} calls not recorded (buffer full)` : "");
     const toggle = document.createElement("span");
     toggle.className = "toggle";
     toggle.textContent = model.get("expanded") ? "\u25b4 compact" : "\u25be expand";
@@ -363,6 +622,7 @@ function render({ model, el }) {
     resize = null;
     if (panel === "matrix") matrix(model, box);
     else if (panel === "summary") summary(model, box);
+    else if (panel === "stats") statistics(model, box);
     else {
       // The canvas needs the box's width, known once it is in the page.
       requestAnimationFrame(() => { resize = timeline(model, data, box); });
@@ -370,6 +630,7 @@ function render({ model, el }) {
   }
   model.on("change:panel", draw);
   model.on("change:expanded", draw);
+  model.on("change:measure", draw);
   const observer = new ResizeObserver(() => { if (resize) resize(); });
   observer.observe(root);
   draw();

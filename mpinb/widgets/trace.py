@@ -16,7 +16,7 @@ import traitlets as t
 from ..trace import Trace
 from ..trace._svg import space_time_svg, summary_text
 from ..trace._trace import busy_until
-from ..trace._waits import explain
+from ..trace._waits import WAIT_KINDS, explain
 from ._fallback import StaticFallback
 
 
@@ -32,34 +32,55 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     ranks = t.List(t.Int()).tag(sync=True)
     ops = t.List(t.Unicode()).tag(sync=True)
     files = t.List(t.Unicode()).tag(sync=True)
+    comms = t.List(t.Unicode()).tag(sync=True)
     events = t.Dict().tag(sync=True)
     messages = t.Dict().tag(sync=True)
     collectives = t.Dict().tag(sync=True)
+    waits = t.Dict().tag(sync=True)  # wait states: rank, start, end, peer, kind (index in WAIT_KINDS)
+    path = t.Dict().tag(sync=True)  # the critical path's steps: rank, start, end
+    path_text = t.List(t.Unicode()).tag(sync=True)
     matrix_bytes = t.List(t.List(t.Int())).tag(sync=True)
     matrix_count = t.List(t.List(t.Int())).tag(sync=True)
+    matrix_time = t.List(t.List(t.Float())).tag(sync=True)
+    measure = t.Enum(["messages", "bytes", "time"], "messages").tag(sync=True)  # what the matrix shows
+    histograms = t.Dict().tag(sync=True)
     summary = t.List(t.Dict()).tag(sync=True)
     losses = t.List(t.Unicode()).tag(sync=True)  # the biggest wait states, in plain words
     duration = t.Float(0.0).tag(sync=True)
+    axis_end = t.Float(0.0).tag(sync=True)  # >0: the time axis ends here (runs compared side by side)
     dropped = t.Int(0).tag(sync=True)
     expanded = t.Bool(False).tag(sync=True)
     panel = t.Unicode("timeline").tag(sync=True)
+    # What the space-time view shows: ranks ("0-3,6"), operation, communicator, tag ("" = all).
+    show_ranks = t.Unicode("").tag(sync=True)
+    show_op = t.Unicode("").tag(sync=True)
+    show_comm = t.Unicode("").tag(sync=True)
+    show_tag = t.Unicode("").tag(sync=True)
+    show_waits = t.Bool(True).tag(sync=True)
+    show_path = t.Bool(True).tag(sync=True)
 
     def __init__(self, trace: Trace, expanded: bool = False, **kwargs):
         events = trace.events
         ops = sorted(set(events["op"]))
         files = sorted(set(events["file"]))
+        comms = sorted(set(events["comm"]))
         op_index = {op: i for i, op in enumerate(ops)}
         file_index = {name: i for i, name in enumerate(files)}
+        comm_index = {name: i for i, name in enumerate(comms)}
         messages = trace.messages()
         collectives = trace.collectives()
+        waits = trace.waits()
+        path = trace.critical_path()
         super().__init__(
             ranks=list(trace.ranks),
             ops=ops,
             files=files,
+            comms=comms,
             events={
                 "rank": _column(events["rank"], "<i4"),
                 "kind": _column(events["kind"], "<i1"),
                 "op": _column([op_index[o] for o in events["op"]], "<i2"),
+                "comm": _column([comm_index[c] for c in events["comm"]], "<i2"),
                 "start": _column(events["start"], "<f8"),
                 "stop": _column(busy_until(events), "<f8"),
                 "peer": _column(events["peer_world"], "<i4"),
@@ -67,23 +88,43 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                 "bytes": _column(np.maximum(events["sent"], events["received"]), "<f8"),
                 "file": _column([file_index[f] for f in events["file"]], "<i2"),
                 "line": _column(events["line"], "<i4"),
+                "open": _column(events["open"], "<i1"),
             },
             messages={
                 "source": _column([m["source"] for m in messages], "<i4"),
                 "dest": _column([m["dest"] for m in messages], "<i4"),
                 "start": _column([m["send_start"] for m in messages], "<f8"),
                 "end": _column([m["recv_end"] for m in messages], "<f8"),
+                "send": _column([m["send_index"] for m in messages], "<i4"),
+                "recv": _column([m["recv_index"] for m in messages], "<i4"),
             },
             collectives={
                 "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
                 "high": _column([max(c["ranks"]) for c in collectives], "<i4"),
                 "start": _column([c["start"] for c in collectives], "<f8"),
                 "end": _column([c["end"] for c in collectives], "<f8"),
+                "op": _column([op_index[c["op"]] for c in collectives], "<i2"),
+                "comm": _column([comm_index[c["comm"]] for c in collectives], "<i2"),
             },
+            waits={
+                "rank": _column([w["rank"] for w in waits], "<i4"),
+                "start": _column([w["start"] for w in waits], "<f8"),
+                "end": _column([w["start"] + w["seconds"] for w in waits], "<f8"),
+                "peer": _column([w["peer"] for w in waits], "<i4"),
+                "kind": _column([WAIT_KINDS.index(w["kind"]) for w in waits], "<i1"),
+            },
+            path={
+                "rank": _column([step["rank"] for step in path.steps], "<i4"),
+                "start": _column([step["start"] for step in path.steps], "<f8"),
+                "end": _column([step["end"] for step in path.steps], "<f8"),
+            },
+            path_text=path.text().splitlines(),
             matrix_bytes=trace.matrix("bytes").tolist(),
             matrix_count=trace.matrix("messages").tolist(),
+            matrix_time=trace.matrix("time").tolist(),
+            histograms=trace.histograms(),
             summary=trace.summary(),
-            losses=explain(trace.waits()),
+            losses=explain(waits),
             duration=max((end for _, end in trace.span.values()), default=0.0),
             dropped=sum(trace.dropped.values()),
             expanded=expanded,
