@@ -27,6 +27,7 @@ _EXPORTS = {
     "RunResult": ".pool",
     "Trace": ".trace",
     "check": ".teach",
+    "compare": ".widgets.compare",
     "current_pool": ".notebook",
     "last_trace": ".notebook",
     "load_ipython_extension": ".notebook",
@@ -47,10 +48,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
     from .pool import Pool, RankFailure, RunResult
     from .teach import CheckResult, check
     from .trace import Trace
+    from .widgets.compare import compare
 
 __all__ = [
     "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
-    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "check", "current_pool",
+    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "check", "compare", "current_pool",
     "last_trace", "load_ipython_extension", "unload_ipython_extension", "Pool",
 ]
 

@@ -110,12 +110,18 @@ def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, 
         "%load_ext mpinb",
         "%%mpi -n 3 --view full\nimport time\nif rank == 1:\n    time.sleep(0.3)\n    comm.Send(np.ones(64), dest=0)\n"
         "elif rank == 0:\n    comm.Recv(np.zeros(64), source=1)\ncomm.allreduce(rank)",
+        "%%mpi --view none\ncomm.allreduce(rank)",
+        "%mpi compare",
         "%%mpi --timeout 3 --view full\ncomm.recv(source=(rank + 1) % size)",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "insight.ipynb") as page:
         run_all(page)
-        page.wait_for_selector(".mpinb-trace >> nth=1", timeout=90_000)
-        first, stopped = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
+        page.wait_for_selector(".mpinb-trace >> nth=3", timeout=90_000)
+        first, stopped = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(3)
+        compared = page.locator(".mpinb-compare canvas[data-axis-end]")
+        assert compared.count() == 2, "before and after, one space-time diagram each"
+        assert compared.nth(0).get_attribute("data-axis-end") == compared.nth(1).get_attribute("data-axis-end")
+        assert "wall time" in page.locator(".mpinb-compare-table").inner_text()
         canvas = first.locator("canvas[data-waits]")
         assert int(canvas.get_attribute("data-waits")) >= 2, "the late sender and the waits at the allreduce"
         assert int(canvas.get_attribute("data-path")) >= 2, "the critical path passes rank 1, then rank 0"

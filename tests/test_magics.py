@@ -285,3 +285,43 @@ def test_a_deadlocked_cell_shows_its_diagnosis_live_then_once_in_the_error(ip, s
     assert view.state == ["interrupted"] * 4
     ip.run_cell_magic("mpi", "", "after_deadlock = comm.allreduce(1)")
     assert ip.run_line_magic("mpi", "pull after_deadlock") == [4] * 4
+
+
+def test_compare_shows_the_last_two_traced_runs_side_by_side(ip, monkeypatch):
+    monkeypatch.setattr(session, "_previous_trace", None)
+    monkeypatch.setattr(session, "_last_trace", None)
+    with pytest.raises(UsageError, match="not two traced runs yet"):
+        ip.run_line_magic("mpi", "compare")
+    slow = "import time\nif rank == 1:\n    time.sleep(0.3)\ncomm.allreduce(rank)"
+    ip.run_cell_magic("mpi", "--view none", slow)
+    ip.run_cell_magic("mpi", "--view none", slow.replace("0.3", "0.01"))
+    view = ip.run_line_magic("mpi", "compare")
+    comparison = view.comparison
+    wall_before, wall_after = comparison.wall()
+    assert wall_before - wall_after > 0.2
+    waiting = {row["rank"]: row["waiting_a"] - row["waiting_b"] for row in comparison.per_rank()}
+    assert all(waiting[r] > 0.2 for r in (0, 2, 3)) and abs(waiting[1]) < 0.05
+    (allreduce,) = [row for row in comparison.per_op() if row["op"] == "allreduce"]
+    assert allreduce["calls_a"] == allreduce["calls_b"] == 4 and allreduce["seconds_a"] > 0.6
+    text, page = view._fallback()
+    assert text.splitlines()[0].split() == ["before", "after", "change"]
+    assert "wall time" in text and "(-" in text
+    assert page.count("<svg") == 2
+    views = [child for child in view.children if hasattr(child, "axis_end")]
+    assert len(views) == 2 and views[0].axis_end == views[1].axis_end >= wall_before
+
+
+def test_compare_names_runs_in_notebook_variables_and_says_what_is_wrong(ip):
+    ip.user_ns["fast"] = ip.run_line_magic("mpi", "comm.Barrier()") or mpinb.current_pool().last_result
+    ip.user_ns["untraced"] = mpinb.current_pool().run("comm.Barrier()", trace=False)
+    ip.user_ns["text"] = "a string"
+    view = ip.run_line_magic("mpi", "compare fast fast")
+    assert view.comparison.labels == ("fast", "fast") and "fast" in view._fallback()[0].splitlines()[0]
+    with pytest.raises(UsageError, match="no notebook variable named nowhere"):
+        ip.run_line_magic("mpi", "compare fast nowhere")
+    with pytest.raises(UsageError, match="'untraced' run has no trace"):
+        ip.run_line_magic("mpi", "compare fast untraced")
+    with pytest.raises(UsageError, match="the 'text' run is a str"):
+        ip.run_line_magic("mpi", "compare text fast")
+    with pytest.raises(UsageError, match="%mpi compare \\[A B\\]"):
+        ip.run_line_magic("mpi", "compare one")

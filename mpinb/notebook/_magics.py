@@ -19,7 +19,7 @@ from ..errors import PoolStartError
 from ..pool import Pool, default_size
 from . import _session as session
 
-SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace")
+SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace", "compare")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
 _STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
 
@@ -113,6 +113,8 @@ LINE_USAGE = """\
 %mpi push NAME [NAME ...]                               copy notebook variables to every rank
 %mpi pull NAME                                          the per-rank list of a rank variable
 %mpi trace [compact|full]                               message-flow views of the last traced run
+%mpi compare [A B]                                      the last two traced runs (or variables A, B
+                                                        holding traces or results) side by side
 %mpi STATEMENT                                          run one line on every rank
 %%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]
       [--no-trace] [--view compact|full|none]"""
@@ -213,6 +215,20 @@ class MPIMagics(Magics):
         if len(argv) > 1 or view not in ("compact", "full"):
             raise UsageError("%mpi trace [compact|full]: the views of the last traced run")
         session.show_trace(view)
+
+    def _compare(self, word: str, argv: list[str]) -> object:
+        if len(argv) not in (0, 2):
+            raise UsageError("%mpi compare [A B]: the last two traced runs, or the runs (Trace or RunResult) "
+                             "in the notebook variables A and B")
+        user_ns = _shell(self).user_ns
+        missing = [name for name in argv if name not in user_ns]
+        if missing:
+            raise UsageError(f"%mpi compare: no notebook variable named {', '.join(missing)}")
+        runs = [user_ns[name] for name in argv]
+        try:
+            return session.compare_runs(*runs, labels=tuple(argv) or ("before", "after"))
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"%mpi compare: {err}") from None
 
     def _push(self, word: str, argv: list[str]) -> None:
         if not argv:

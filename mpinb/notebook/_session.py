@@ -19,6 +19,7 @@ OUTPUT_MODES = ("tabs", "merged", "rank0")
 VIEW_MODES = ("compact", "full", "none")
 _pool: Pool | None = None
 _last_trace: Trace | None = None
+_previous_trace: Trace | None = None  # the one before the last: what `%mpi compare` compares it with
 
 
 def current_pool() -> Pool | None:
@@ -161,7 +162,7 @@ def run_script(
 def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunResult:
     """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
     then the message-flow views of its trace."""
-    global _last_trace
+    global _last_trace, _previous_trace
     if output not in OUTPUT_MODES:
         raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
     if view not in VIEW_MODES:
@@ -184,7 +185,7 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
         live.finish(result, how)
         handle.update(live)
         if result is not None and result.trace is not None and len(result.trace):
-            _last_trace = result.trace
+            _previous_trace, _last_trace = _last_trace, result.trace
             if view != "none":
                 display(TraceView(result.trace, expanded=view == "full"))
 
@@ -192,6 +193,18 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
 def last_trace() -> Trace | None:
     """The trace of the last cell that made MPI calls while traced (``None`` if none did)."""
     return _last_trace
+
+
+def compare_runs(*runs: object, labels: tuple[str, ...] = ("before", "after")) -> object:
+    """``%mpi compare``: two runs side by side, by default the last two traced ones."""
+    from ..widgets.compare import compare
+
+    if not runs:
+        if _previous_trace is None or _last_trace is None:
+            raise ValueError("there are not two traced runs yet: run two %%mpi cells (traced, the default) "
+                             "first, or name the two runs to compare")
+        runs = (_previous_trace, _last_trace)
+    return compare(runs[0], runs[1], labels=(labels[0], labels[1]))
 
 
 def show_trace(view: str = "full") -> None:

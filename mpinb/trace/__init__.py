@@ -1,5 +1,8 @@
-"""Recorded MPI traffic: events, matched messages, summaries and exports."""
+"""Recorded MPI traffic: events, matched messages, wait states, the critical path, comparisons
+and exports."""
 
+from ._compare import Comparison
+from ._path import CriticalPath
 from ._trace import Trace
 
-__all__ = ["Trace"]
+__all__ = ["Comparison", "CriticalPath", "Trace"]

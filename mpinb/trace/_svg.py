@@ -22,12 +22,13 @@ PATH_COLOR = "#b0151a"
 MAX_ARROWS = 1000
 
 
-def space_time_svg(trace: Trace, width: int = 800, lane: int = 22) -> str:
-    """Lanes per rank, MPI calls as boxes (merged below one pixel), an arrow per message."""
+def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float | None = None) -> str:
+    """Lanes per rank, MPI calls as boxes (merged below one pixel), an arrow per message; the time
+    axis ends at ``t_end`` (runs compared side by side share one) or at the run's end."""
     left, right, top = 60, 10, 18
     ranks = trace.ranks
     height = top + lane * len(ranks) + 24
-    t_end = max((end for _, end in trace.span.values()), default=0.0) or 1e-9
+    t_end = t_end or max((end for _, end in trace.span.values()), default=0.0) or 1e-9
     scale = (width - left - right) / t_end
     y_of = {rank: top + i * lane for i, rank in enumerate(ranks)}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '

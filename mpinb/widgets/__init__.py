@@ -1,6 +1,7 @@
 """Notebook views: one Python class and one ES module per widget."""
 
+from .compare import CompareView
 from .output import RankOutput
 from .trace import TraceView
 
-__all__ = ["RankOutput", "TraceView"]
+__all__ = ["CompareView", "RankOutput", "TraceView"]

@@ -426,7 +426,7 @@ function timeline(model, data, box) {
     const path = model.get("show_path") ? drawPath(g, frame, data) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows, waits, open, path });
+    Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows, waits, open, path, axisEnd: duration });
   }
 
   const [filters, markBad] = filterBar(model, data, () => { layout(); draw(); markBad(); });
