@@ -24,6 +24,7 @@ from .control import control_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
 from .peer import stop_ipyparallel
+from .progress import progress_rows
 from .render import first_paint, record_trace
 from .scale import data_rows, scale_rows
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control"],
+    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress"],
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.only:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
-                "scale": scale_rows, "data": data_rows, "control": control_rows}[args.only]()
+                "scale": scale_rows, "data": data_rows, "control": control_rows,
+                "progress": progress_rows}[args.only]()
         _report(rows, args.json)
         return 0
 
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += output_rows()
     rows += scale_rows()
     rows += data_rows()
+    rows += progress_rows()
     paint = first_paint(record_trace())
     rows.append(("space-time view of 100,000 calls, first paint (ms)",
                  paint["ms"], "target", 1000.0, 1000.0 / paint["ms"]))

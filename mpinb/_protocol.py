@@ -23,6 +23,9 @@ WAIT_KEY = "mpinb_wait"
 # The key under which a rank of a relayed run says that its part is over (see mpinb.rank._relay).
 DONE_KEY = "mpinb_done"
 
+# The key prefix under which a rank publishes the state of one progress bar ("mpinb_progress:0").
+PROGRESS_KEY = "mpinb_progress"
+
 WaitKind = Literal["send", "recv", "collective", "wait"]
 
 
@@ -90,6 +93,17 @@ class Reply(TypedDict):
     wrote: bool  # sent output to the notebook's output channel (the notebook then waits for it)
     stdout: NotRequired[str]  # a relayed rank's output of a quick part, held back and sent here
     stderr: NotRequired[str]
+
+
+class Progress(TypedDict):
+    """One rank's state of one :func:`mpinb.progress` loop, published a few times a second."""
+
+    bar: int  # the loop's number within the run: the k-th progress() of every rank is one bar
+    desc: str | None
+    n: int  # iterations done
+    total: int | None
+    elapsed: float  # seconds since the loop began
+    done: bool  # the loop ended (all done, or left early: n < total)
 
 
 class Done(TypedDict):

@@ -112,10 +112,20 @@ def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, 
         "elif rank == 0:\n    comm.Recv(np.zeros(64), source=1)\ncomm.allreduce(rank)",
         "%%mpi --view none\ncomm.allreduce(rank)",
         "%mpi compare",
+        "%%mpi --view none\nimport time, mpinb\nfor step in mpinb.progress(range(20), desc='steps'):\n"
+        "    time.sleep(0.15 if rank == 0 else 0.005)",
         "%%mpi --timeout 3 --view full\ncomm.recv(source=(rank + 1) % size)",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "insight.ipynb") as page:
         run_all(page)
+        bar = page.locator(".mpinb-progress")
+        bar.locator(".rank.lagging[data-rank='0']").wait_for(timeout=90_000)  # while it runs
+        assert bar.locator(".rank.done").count() == 2, "ranks 1 and 2 finished long before rank 0"
+        bar.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "progress-lagging-rank.png"))
+        page.locator(".mpinb-progress[data-over='1'][data-count='60']").wait_for(timeout=30_000)
+        assert bar.locator(".rank.done").count() == 3 and bar.locator(".rank.lagging").count() == 0
+        assert bar.locator(".line").inner_text().startswith("steps: 100%")
         page.wait_for_selector(".mpinb-trace >> nth=3", timeout=90_000)
         first, stopped = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(3)
         compared = page.locator(".mpinb-compare canvas[data-axis-end]")

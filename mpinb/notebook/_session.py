@@ -14,6 +14,7 @@ from ..pool._pool import Pool
 from ..pool._result import RunResult
 from ..trace import Trace
 from ..widgets import RankOutput, TraceView
+from ..widgets.progress import ProgressBars
 
 OUTPUT_MODES = ("tabs", "merged", "rank0")
 VIEW_MODES = ("compact", "full", "none")
@@ -169,9 +170,17 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
         raise ValueError(f"view must be one of {', '.join(VIEW_MODES)}, not {view!r}")
     live = RankOutput(pool.ranks(targets), mode=output)
     handle = display(live, display_id=True)
+    bars = ProgressBars(pool.ranks(targets))
+
+    def on_output(rank: int, kind: str, data: object) -> None:
+        if kind == "progress":
+            bars.update(data)  # type: ignore[arg-type]
+        else:
+            live.append(rank, kind, data)
+
     result, how = None, ""
     try:
-        result = call(live.append)
+        result = call(on_output)
         return result
     except RankError as err:
         result = err.result
@@ -182,6 +191,7 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
             live.notice = ""  # the error below shows the diagnosis; once is enough
         raise
     finally:
+        bars.finish()
         live.finish(result, how)
         handle.update(live)
         if result is not None and result.trace is not None and len(result.trace):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._protocol import PROGRESS_KEY
+
 OutputCallback = Callable[[int, str, object], None]
 """``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text), ``"display"``
 (one mime bundle), ``"reset-stdout"``/``"reset-stderr"`` (the whole text, when it no longer
-continues what was sent: a carriage return rewrote it), or ``"hang"`` (a diagnosis's text, from
-the run loop rather than from this tracker)."""
+continues what was sent: a carriage return rewrote it), ``"progress"`` (``{bar key: {rank: state}}``
+of the :func:`mpinb.progress` loops that moved since the last call, ``rank`` being the run's first)
+or ``"hang"`` (a diagnosis's text, from the run loop rather than from this tracker)."""
 
 
 class StreamTracker:
@@ -19,6 +22,7 @@ class StreamTracker:
         self._ranks = ranks
         self._seen = {(rank, kind): 0 for rank in ranks for kind in ("stdout", "stderr", "display")}
         self._text = {(rank, kind): "" for rank in ranks for kind in ("stdout", "stderr")}
+        self._progress: dict[tuple[int, str], object] = {}  # the last state seen of each bar
 
     def poll(self, callback: OutputCallback | None) -> None:
         if callback is None:
@@ -39,3 +43,14 @@ class StreamTracker:
             for bundle in bundles[seen:]:
                 callback(rank, "display", bundle)
             self._seen[rank, "display"] = len(bundles)
+        self._poll_progress(callback)
+
+    def _poll_progress(self, callback: OutputCallback) -> None:
+        moved: dict[str, dict[int, object]] = {}
+        for rank, data in zip(self._ranks, self._ar.data):
+            for key, state in (data or {}).items():
+                if key.startswith(PROGRESS_KEY) and self._progress.get((rank, key)) is not state:
+                    self._progress[rank, key] = state
+                    moved.setdefault(key, {})[rank] = state
+        if moved:
+            callback(self._ranks[0], "progress", moved)

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from .. import _progress
 from .._protocol import Failure, Limits, Reply
 from .._values import pack
 from . import _output, _waiting
@@ -95,6 +96,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     record: Reply = {"value": None, "repr": "", "why": "", "has_value": False, "error": None,
                      "trace": None, "dropped_lines": 0, "elapsed": 0.0, "wrote": False}
     start = time.perf_counter()
+    _progress.new_run()
     displays_before = _output.displays
     install_interrupt_handler()
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"])

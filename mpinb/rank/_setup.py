@@ -50,6 +50,10 @@ def _init() -> None:
     from ._execute import install_interrupt_handler
 
     install_interrupt_handler()
+    from .. import _progress
+    from ._waiting import publish_data
+
+    _progress.publisher, _progress.world_size = publish_data, world.Get_size()
     _ready = True
 
 

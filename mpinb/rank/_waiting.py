@@ -32,11 +32,16 @@ interrupts = 0
 
 def publish(state: WaitState | None) -> None:
     try:
-        from ipyparallel.datapub import publish_data
-
         publish_data({WAIT_KEY: state})
     except Exception:  # noqa: BLE001 - outside an engine (plain mpiexec) there is no channel
         pass
+
+
+def publish_data(data: dict) -> None:
+    """Send ``data`` to the notebook on the status channel (ipyparallel's data messages)."""
+    from ipyparallel.datapub import publish_data as send
+
+    send(data)
 
 
 def wait(test, describe) -> None:

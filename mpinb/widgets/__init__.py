@@ -2,6 +2,7 @@
 
 from .compare import CompareView
 from .output import RankOutput
+from .progress import ProgressView
 from .trace import TraceView
 
-__all__ = ["CompareView", "RankOutput", "TraceView"]
+__all__ = ["CompareView", "ProgressView", "RankOutput", "TraceView"]

@@ -66,5 +66,9 @@ def _table(comparison: Comparison) -> str:
         colour = "#2a7d2a" if b < a else "#b0151a" if b > a else "inherit"
         body.append(f'<tr><td style="text-align:left">{html.escape(what)}</td><td>{seconds(a)}</td>'
                     f'<td>{seconds(b)}</td><td style="color:{colour}">{change(a, b)}</td></tr>')
-    return ('<table class="mpinb-compare-table" style="font-variant-numeric: tabular-nums; text-align: right">'
-            f"{head}{''.join(body)}</table>")
+    style = ("<style>.mpinb-compare-table{border-collapse:collapse;font-variant-numeric:tabular-nums;"
+             "text-align:right;font-size:12px}.mpinb-compare-table td,.mpinb-compare-table th"
+             "{padding:1px 10px;line-height:1.3}</style>")
+    rows = "".join(body)
+    return f'{style}<table class="mpinb-compare-table">{head}{rows}</table>'
+
