@@ -19,13 +19,17 @@ import threading
 import mpinb
 from mpinb.widgets.trace import TraceView
 
+# The view's traits that hold binary columns (the rest is JSON as it is).
+COLUMNS = ("events", "messages", "collectives", "waits", "path")
+
 HARNESS = """<!doctype html><html><body style="width:1200px"><div id="view"></div>
 <script type="module">
 import view from "./trace.js";
+const COLUMNS = COLUMNS_JSON;
 const raw = await (await fetch("./state.json")).json();
 const decode = (b64) => { const s = atob(b64); const a = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return new DataView(a.buffer); };
-for (const key of ["events", "messages", "collectives"]) for (const k in raw[key]) raw[key][k] = decode(raw[key][k]);
+for (const key of COLUMNS) for (const k in raw[key]) raw[key][k] = decode(raw[key][k]);
 const model = { get: (k) => raw[k], on() {}, set() {}, save_changes() {} };
 const began = performance.now();
 view.render({ model, el: document.getElementById("view") });
@@ -61,7 +65,7 @@ def first_paint(trace) -> dict:
     try:
         shutil.copy(os.path.join(os.path.dirname(mpinb.__file__), "widgets", "trace.js"), here)
         with open(os.path.join(here, "index.html"), "w") as handle:
-            handle.write(HARNESS)
+            handle.write(HARNESS.replace("COLUMNS_JSON", json.dumps(COLUMNS)))
         with open(os.path.join(here, "state.json"), "w") as handle:
             json.dump(_state(trace), handle)
         handler = functools.partial(_QuietHandler, directory=here)
@@ -94,11 +98,11 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 def _state(trace) -> dict:
+    """Every synced trait of the view, as the notebook would send it (binary columns in base64)."""
     view = TraceView(trace, expanded=False)
-    state = {name: getattr(view, name) for name in
-             ("ranks", "ops", "files", "matrix_bytes", "matrix_count", "summary", "duration",
-              "dropped", "expanded", "panel")}
-    for name in ("events", "messages", "collectives"):
+    names = [name for name in TraceView.class_own_traits(sync=True) if not name.startswith("_")]
+    state = {name: getattr(view, name) for name in names if name not in COLUMNS}
+    for name in COLUMNS:
         state[name] = {k: base64.b64encode(v).decode() for k, v in getattr(view, name).items()}
     view.close()
     return state

@@ -45,6 +45,7 @@ class Trace:
             self.comms.update(data["comms"])
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
+        self._messages: list[dict] | None = None
         self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
                      for r, data in per_rank.items()}
         rows = []
@@ -93,6 +94,11 @@ class Trace:
 
     def messages(self) -> list[dict]:
         """Matched point-to-point messages, one dict each, in the order they were sent."""
+        if self._messages is None:
+            self._messages = self._find_messages()
+        return list(self._messages)
+
+    def _find_messages(self) -> list[dict]:
         events = self.events
         found = []
         for msg, halves in message_halves(events).items():
