@@ -65,6 +65,7 @@ def _iterate(items: Iterator[T], show: _Published | _TextBar) -> Iterator[T]:
     n, stride, check_at = 0, 1, 1
     next_at = show.begin()
     last_check = clock()
+    done = False
     try:
         for item in items:
             yield item
@@ -76,8 +77,9 @@ def _iterate(items: Iterator[T], show: _Published | _TextBar) -> Iterator[T]:
                 spent = now - last_check
                 stride = max(1, min(stride * 2, int(stride * CHECK_EVERY / spent) if spent > 0 else stride * 2))
                 check_at, last_check = n + stride, now
+        done = True
     finally:  # also when the loop breaks early, raises, or is interrupted
-        show.end(n)
+        show.end(n, done)
 
 
 class _Published:
@@ -85,7 +87,8 @@ class _Published:
                  every: float):
         self.send, self.every = send, every
         self.key = f"{PROGRESS_KEY}:{bar}"
-        self.state: Progress = {"bar": bar, "desc": desc, "n": 0, "total": total, "elapsed": 0.0, "done": False}
+        self.state: Progress = {"bar": bar, "desc": desc, "n": 0, "total": total, "elapsed": 0.0, "done": False,
+                                "ended": False}
 
     def begin(self) -> float:
         """The first update comes after ``every``: a loop shorter than that sends only its end."""
@@ -93,14 +96,14 @@ class _Published:
         return self.began + self.every
 
     def update(self, n: int) -> float:
-        self._publish(n, False)
+        self._publish(n)
         return time.perf_counter() + self.every
 
-    def end(self, n: int) -> None:
-        self._publish(n, True)
+    def end(self, n: int, done: bool) -> None:
+        self._publish(n, done=done, ended=True)
 
-    def _publish(self, n: int, done: bool) -> None:
-        state = dict(self.state, n=n, elapsed=time.perf_counter() - self.began, done=done)
+    def _publish(self, n: int, done: bool = False, ended: bool = False) -> None:
+        state = dict(self.state, n=n, elapsed=time.perf_counter() - self.began, done=done, ended=ended)
         try:
             self.send({self.key: state})
         except Exception:  # noqa: BLE001 - progress must never break the loop it shows
@@ -119,34 +122,35 @@ def _script_rank() -> int:
 
 
 class _TextBar:
-    """``desc: 45%|#####      | 450/1000 [3.1 s < 3.8 s, 145 it/s]`` on stderr, from rank 0."""
+    """``desc: 45%|#####      | 450/1000 [3.1 s < 3.8 s, 145 it/s]`` on stderr, from rank 0: redrawn
+    in place on a terminal, a new line now and then into a file or a pipe."""
 
     WIDTH = 24
 
     def __init__(self, total: int | None, desc: str | None, visible: bool):
         self.total, self.desc, self.visible = total, desc, visible
         self.stream = sys.stderr
-        tty = getattr(self.stream, "isatty", lambda: False)()
-        self.every, self.ending = (TEXT_EVERY_TTY, "\r") if tty else (TEXT_EVERY_LOG, "\n")
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = TEXT_EVERY_TTY if self.tty else TEXT_EVERY_LOG
 
     def begin(self) -> float:
         self.began = time.perf_counter()
         return self.began + self.every if self.visible else float("inf")
 
     def update(self, n: int) -> float:
-        self._write(n, self.ending)
+        self._write(n, final=False)
         return time.perf_counter() + self.every
 
-    def end(self, n: int) -> None:
+    def end(self, n: int, done: bool) -> None:
         if self.visible:
-            self._write(n, "\n")
+            self._write(n, final=True, note="" if done else " (left early)")
 
-    def _write(self, n: int, ending: str) -> None:
+    def _write(self, n: int, final: bool, note: str = "") -> None:
         elapsed = time.perf_counter() - self.began
         rate = n / elapsed if elapsed > 0 else 0.0
-        line = text_bar(self.desc, n, self.total, elapsed, rate, self.WIDTH)
+        line = text_bar(self.desc, n, self.total, elapsed, rate, self.WIDTH) + note
         try:
-            self.stream.write(("\r" if ending == "\r" else "") + line + ("" if ending == "\r" else ending))
+            self.stream.write(("\r" if self.tty else "") + line + ("\n" if final or not self.tty else ""))
             self.stream.flush()
         except (OSError, ValueError):  # a closed stream
             self.visible = False

@@ -103,7 +103,8 @@ class Progress(TypedDict):
     n: int  # iterations done
     total: int | None
     elapsed: float  # seconds since the loop began
-    done: bool  # the loop ended (all done, or left early: n < total)
+    done: bool  # the loop went through all its items
+    ended: bool  # the loop is over: done, or left early (break, an exception, an interrupt)
 
 
 class Done(TypedDict):

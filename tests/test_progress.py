@@ -37,7 +37,8 @@ def test_one_bar_gathers_every_ranks_count(pool4):
     result, (view,), _ = run_with_bars(
         pool4, "import time, mpinb\nfor i in mpinb.progress(range(12), desc='steps'):\n    time.sleep(0.02)\n")
     assert not result.errors
-    assert view.counts == [12] * 4 and view.done == [True] * 4 and view.total == 12 and view.desc == "steps"
+    assert view.counts == [12] * 4 and view.done == view.ended == [True] * 4
+    assert view.total == 12 and view.desc == "steps"
     text, page = view._fallback()
     assert text.startswith("steps: 100%") and "48/48" in text and "on 4 ranks" in text and "<pre" in page
 
@@ -73,7 +74,8 @@ def test_several_loops_unknown_totals_and_early_exits(pool4):
     first, unknown, early = views
     assert (first.desc, first.counts) == ("first", [5] * 4)
     assert unknown.total is None and unknown.counts == [7] * 4 and "28 [" in unknown._fallback()[0]
-    assert early.counts == [9] * 4 and early.done == [True] * 4 and early.total == 100
+    assert early.counts == [9] * 4 and early.ended == [True] * 4 and early.done == [False] * 4
+    assert early.total == 100 and "left the loop early: ranks 0-3" in early._fallback()[0]
 
 
 def test_a_loop_that_fails_on_one_rank_says_which_did_not_finish(pool4):
@@ -81,7 +83,7 @@ def test_a_loop_that_fails_on_one_rank_says_which_did_not_finish(pool4):
         pool4, "import mpinb\nfor i in mpinb.progress(range(10)):\n    if rank == 1 and i == 4:\n"
         "        raise ValueError('bad step')\n", check=False)
     assert list(result.errors) == [1]
-    assert view.counts[1] == 4 and view.done[1], "a loop left by an exception ends too"
+    assert view.counts[1] == 4 and view.ended[1] and not view.done[1], "a loop left by an exception ends too"
     assert view.counts[0] == 10
 
 

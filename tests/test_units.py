@@ -251,10 +251,10 @@ def _event(op, kind, peer, tag, start, end, returned=None, sent=0, received=0, c
     return tuple(values[name] for name in FIELDS)
 
 
-def _trace(events_by_rank: dict[int, list[tuple]]) -> Trace:
+def _trace(events_by_rank: dict[int, list[tuple]], ended: dict[int, float] | None = None) -> Trace:
     size = len(events_by_rank)
     return Trace({rank: {"events": events, "dropped": 0, "comms": {"world": list(range(size))},
-                         "began": 0.0, "ended": 10.0, "offset": 0.0}
+                         "began": 0.0, "ended": (ended or {}).get(rank, 10.0), "offset": 0.0}
                   for rank, events in events_by_rank.items()}, world_size=size)
 
 
@@ -373,3 +373,92 @@ def test_ranks_with_the_same_output_are_shown_once():
     text = as_text(ranks, stdout, stderr, {}, {})
     assert text.splitlines() == ["[0-3] hello", "[4] odd one", "[5] hello", "[5:err] careful"]
     assert as_html(ranks, stdout, stderr, {}, {}).count("hello") == 2
+
+
+# -- wait states, the critical path, comparisons ---------------------------------------------------
+
+NAN = float("nan")
+
+
+def _pipeline() -> Trace:
+    """Three stages: each computes 1 s, then passes on; stage k receives at k s."""
+    return _trace({
+        0: [_event("send", SEND, 1, 0, 1.0, 1.01)],
+        1: [_event("recv", RECV, 0, 0, 0.0, 1.02), _event("send", SEND, 2, 0, 2.02, 2.03)],
+        2: [_event("recv", RECV, 1, 0, 0.0, 2.04)],
+    }, ended={0: 1.01, 1: 2.03, 2: 3.04})
+
+
+def test_a_pipelines_waits_and_critical_path_exactly():
+    trace = _pipeline()
+    waits = trace.waits()
+    assert [(w["kind"], w["rank"], w["peer"], round(w["seconds"], 2)) for w in waits] == [
+        ("late sender", 2, 1, 2.02), ("late sender", 1, 0, 1.0)]
+    path = trace.critical_path()
+    assert path.ranks() == [0, 1, 2] and path.wall == pytest.approx(3.04)
+    assert {rank: round(seconds, 2) for rank, seconds in path.by_rank().items()} == {0: 1.0, 1: 1.02, 2: 1.02}
+    assert [(s["rank"], s["op"]) for s in path.steps] == [
+        (0, "computing"), (1, "recv"), (1, "computing"), (2, "recv"), (2, "computing")]
+    assert dict(path.by_line())["computing before line 1"] == pytest.approx(2.0, abs=0.01)
+
+
+def test_a_wait_call_takes_the_loss_of_the_nonblocking_receive_it_completed():
+    trace = _trace({
+        0: [_event("Irecv", RECV, 1, 0, 0.0, 3.0, returned=0.01), _event("Irecv", RECV, 2, 0, 0.02, 3.0, returned=0.03),
+            _event("Waitall", WAIT, -1, -1, 1.0, 3.0)],
+        1: [_event("Send", SEND, 0, 0, 2.0, 2.01)],
+        2: [_event("Send", SEND, 0, 0, 2.9, 2.91)],
+    })
+    (wait,) = trace.waits()
+    assert (wait["op"], wait["peer"], wait["seconds"]) == ("Waitall", 2, pytest.approx(1.9)), "once, the latest"
+
+
+def test_a_broken_off_call_is_open_matches_nothing_and_leaves_no_critical_path():
+    trace = _trace({0: [_event("recv", RECV, 1, 0, 1.0, NAN, returned=NAN)],
+                    1: [_event("send", SEND, 0, 0, 0.5, 0.6)]}, ended={0: 4.0, 1: 0.7})
+    (row,) = trace.unfinished()
+    assert row["rank"] == 0 and row["end"] == row["returned"] == 4.0 and row["msg"] == -1
+    assert trace.messages() == [] and trace.waits() == []
+    assert trace.critical_path().stopped and "stopped" in str(trace.critical_path())
+
+
+def test_a_comparison_says_what_changed_per_rank_and_per_operation():
+    from mpinb.trace import Comparison
+
+    before, after = _pipeline(), _trace({0: [_event("send", SEND, 1, 0, 0.1, 0.11)],
+                                         1: [_event("recv", RECV, 0, 0, 0.0, 0.12)]}, ended={0: 0.2, 1: 0.3})
+    comparison = Comparison(before, after)
+    assert comparison.wall() == (pytest.approx(3.04), pytest.approx(0.3))
+    ranks = {row["rank"]: row for row in comparison.per_rank()}
+    assert ranks[2]["wall_a"] == pytest.approx(3.04) and ranks[2]["wall_b"] == 0.0, "a rank only one run had"
+    recv = next(row for row in comparison.per_op() if row["op"] == "recv")
+    assert (recv["calls_a"], recv["calls_b"]) == (2, 1)
+    text = comparison.text()
+    assert "wall time" in text and "3.04 s" in text and "-2.74 s (-90%)" in text
+
+
+def test_matrix_of_time_and_histograms_of_a_known_trace():
+    trace = _pipeline()
+    assert trace.matrix("time")[0, 1] == pytest.approx(1.02) and trace.matrix("time")[1, 2] == pytest.approx(2.04)
+    hist = trace.histograms()
+    assert hist["sizes"]["counts"] == {"send": [2, 0]}, "two empty messages, in the first bin"
+    assert sum(hist["durations"]["counts"]["recv"]) == 2
+
+
+def test_progress_view_lag_time_left_and_saved_text():
+    from mpinb.widgets.progress import ProgressView
+
+    view = ProgressView([0, 1, 2, 3])
+    state = {"bar": 0, "desc": "fit", "total": 100, "done": False, "ended": False}
+    view.update({r: {**state, "n": 50, "elapsed": 1.0} for r in (0, 1, 2)} | {3: {**state, "n": 10, "elapsed": 1.0}})
+    assert view.lagging == [3]
+    assert "9.0 s" in view.line, "the slowest rank's time left: 90 more at 10 per second"
+    assert view.line.startswith("fit:  40%") and view.line.endswith("on 4 ranks")
+    view.update({3: {**state, "n": 10, "elapsed": 1.0, "ended": True}})
+    assert view.lagging == [], "a rank that left the loop does not lag"
+    view.finish()
+    assert "left the loop early: rank 3" in view._fallback()[0]
+    unknown = ProgressView([0, 1])
+    unknown.update({0: {**state, "total": None, "n": 100, "elapsed": 1.0}, 1: {**state, "total": None, "n": 30,
+                                                                                 "elapsed": 1.0}})
+    assert unknown.lagging == [1] and unknown.line.startswith("fit: 130 [")

@@ -62,7 +62,7 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float 
     for row in trace.unfinished():  # a dashed line towards the rank it waits for
         if int(row["peer_world"]) in y_of and row["peer_world"] != row["rank"]:
             x = left + row["end"] * scale
-            parts.append(f'<line x1="{x:.1f}" y1="{y_of[int(row["rank"])] + lane / 2}" x2="{x - 16:.1f}" '
+            parts.append(f'<line x1="{x:.1f}" y1="{y_of[int(row["rank"])] + lane / 2}" x2="{x - 28:.1f}" '
                          f'y2="{y_of[int(row["peer_world"])] + lane / 2}" stroke="{WAIT_COLOR}" '
                          'stroke-dasharray="4 3" stroke-width="1.5"/>')
     points = []

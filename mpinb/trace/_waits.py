@@ -119,20 +119,28 @@ def _wait(kind: str, waiting, awaited, lost: float) -> Wait:
             "peer_line": int(awaited["line"]), "start": float(waiting["start"]), "seconds": max(lost, 0.0)}
 
 
+# Waits worth a sentence: shorter ones are listed by waits() but not explained.
+WORTH_SAYING = 1e-3
+
+
 def explain(found: list[Wait], top: int = 3) -> list[str]:
-    """The biggest losses in plain words."""
+    """The biggest losses (of a millisecond or more) in plain words."""
     lines = []
-    for w in found[:top]:
+    for w in [w for w in found if w["seconds"] >= WORTH_SAYING][:top]:
         where = f"{w['op']} (line {w['line']})"
+        lost = _seconds(w["seconds"])
         if w["kind"] == "late sender":
-            why = (f"for rank {w['peer']}, which sent only {w['seconds']:.2f} s later "
-                   f"({w['peer_op']}, line {w['peer_line']})")
+            why = f"for rank {w['peer']}, which sent only {lost} later ({w['peer_op']}, line {w['peer_line']})"
         elif w["kind"] == "late receiver":
             why = f"for rank {w['peer']} to post its receive ({w['peer_op']}, line {w['peer_line']})"
         else:
             why = f"for rank {w['peer']}, the last to arrive ({w['peer_op']}, line {w['peer_line']}): load imbalance"
-        lines.append(f"rank {w['rank']} waited {w['seconds']:.2f} s in {where} {why}")
+        lines.append(f"rank {w['rank']} waited {lost} in {where} {why}")
     return lines
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 0.1 else f"{value * 1e3:.1f} ms"
 
 
 def waiting_per_rank(found: list[Wait], ranks: list[int]) -> dict[int, float]:

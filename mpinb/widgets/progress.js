@@ -36,7 +36,7 @@ function render({ model, el }) {
   const cells = [];
 
   function draw() {
-    const ranks = model.get("ranks"), counts = model.get("counts"), done = model.get("done");
+    const ranks = model.get("ranks"), counts = model.get("counts"), done = model.get("done"), ended = model.get("ended");
     const elapsed = model.get("elapsed"), total = model.get("total"), over = model.get("over");
     const lagging = new Set(model.get("lagging"));
     const sum = counts.reduce((a, b) => a + b, 0);
@@ -57,7 +57,7 @@ function render({ model, el }) {
     const top = total || Math.max(1, ...counts);
     ranks.forEach((rank, i) => {
       const { cell, label, bar } = cells[i];
-      const state = lagging.has(rank) ? "lagging" : done[i] ? "done" : over ? "stopped" : "";
+      const state = lagging.has(rank) ? "lagging" : done[i] ? "done" : ended[i] || over ? "stopped" : "";
       cell.className = `rank ${state}`;
       cell.dataset.rank = rank;
       label.textContent = rank;
@@ -70,7 +70,7 @@ function render({ model, el }) {
     root.dataset.lagging = [...lagging].join(",");
     root.dataset.over = over ? "1" : "";
   }
-  for (const name of ["counts", "done", "lagging", "line", "over", "total"]) model.on(`change:${name}`, draw);
+  for (const name of ["counts", "done", "ended", "lagging", "line", "over", "total"]) model.on(`change:${name}`, draw);
   draw();
 }
 

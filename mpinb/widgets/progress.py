@@ -30,31 +30,34 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
     ranks = t.List(t.Int()).tag(sync=True)
     counts = t.List(t.Int()).tag(sync=True)
     elapsed = t.List(t.Float()).tag(sync=True)
-    done = t.List(t.Bool()).tag(sync=True)
+    done = t.List(t.Bool()).tag(sync=True)  # went through all its items
+    ended = t.List(t.Bool()).tag(sync=True)  # over: done, or left early
     lagging = t.List(t.Int()).tag(sync=True)
     line = t.Unicode("").tag(sync=True)  # the overall state in words (text_bar)
     over = t.Bool(False).tag(sync=True)  # the run ended
 
     def __init__(self, ranks: list[int], **kwargs):
         n = len(ranks)
-        super().__init__(ranks=list(ranks), counts=[0] * n, elapsed=[0.0] * n, done=[False] * n, **kwargs)
+        super().__init__(ranks=list(ranks), counts=[0] * n, elapsed=[0.0] * n, done=[False] * n, ended=[False] * n,
+                         **kwargs)
         self._index = {rank: i for i, rank in enumerate(ranks)}
         self._seen: set[int] = set()
 
     def update(self, states: dict[int, dict]) -> None:
         """Take the ranks' latest states (see :class:`mpinb._protocol.Progress`)."""
-        counts, elapsed, done = list(self.counts), list(self.elapsed), list(self.done)
+        counts, elapsed, done, ended = list(self.counts), list(self.elapsed), list(self.done), list(self.ended)
         for rank, state in states.items():
             i = self._index.get(rank)
             if i is None:
                 continue
             self._seen.add(rank)
-            counts[i], elapsed[i], done[i] = int(state["n"]), float(state["elapsed"]), bool(state["done"])
+            counts[i], elapsed[i] = int(state["n"]), float(state["elapsed"])
+            done[i], ended[i] = bool(state["done"]), bool(state.get("ended", state["done"]))
             if state.get("desc"):
                 self.desc = state["desc"]
             self.total = state.get("total")
         with self.hold_sync():
-            self.counts, self.elapsed, self.done = counts, elapsed, done
+            self.counts, self.elapsed, self.done, self.ended = counts, elapsed, done, ended
             self.lagging = self._lagging()
             self.line = self.text_line()
 
@@ -72,9 +75,9 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
             shares = [self.counts[i] / self.total for i in seen]
             middle = statistics.median(shares)
             return [self.ranks[i] for i, share in zip(seen, shares)
-                    if not self.done[i] and middle >= 2 * LAG and share < middle - LAG]
+                    if not self.ended[i] and middle >= 2 * LAG and share < middle - LAG]
         middle = statistics.median(self.counts[i] for i in seen)
-        return [self.ranks[i] for i in seen if not self.done[i] and self.counts[i] < (1 - LAG) * middle]
+        return [self.ranks[i] for i in seen if not self.ended[i] and self.counts[i] < (1 - LAG) * middle]
 
     def text_line(self) -> str:
         """``train: 45%|###   | 1,800/4,000 [3.1 s < 3.8 s, 580 it/s] on 4 ranks``: the ranks'
@@ -86,7 +89,7 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
         left = None
         if self.total:
             each = [(self.total - c) * e / c if c else float("inf")
-                    for c, e, d in zip(self.counts, self.elapsed, self.done) if not d]
+                    for c, e, d in zip(self.counts, self.elapsed, self.ended) if not d]
             left = max(each, default=0.0)
         return f"{text_bar(self.desc or None, n, total, longest, rate, left=left)} on {len(self.ranks)} ranks"
 
@@ -94,8 +97,11 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
         lines = [self.line or self.text_line()]
         if self.lagging:
             lines.append(f"lagging: {format_ranks(self.lagging, word=True)}")
-        stopped = [rank for rank, d, c in zip(self.ranks, self.done, self.counts)
-                   if self.over and not d and rank in self._seen]
+        left = [rank for rank, done, ended in zip(self.ranks, self.done, self.ended) if ended and not done]
+        if left:
+            lines.append(f"left the loop early: {format_ranks(left, word=True)}")
+        stopped = [rank for rank, ended in zip(self.ranks, self.ended)
+                   if self.over and not ended and rank in self._seen]
         if stopped:
             lines.append(f"did not finish: {format_ranks(stopped, word=True)}")
         text = "\n".join(lines)

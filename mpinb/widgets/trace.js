@@ -259,9 +259,9 @@ function drawOpen(g, frame, data) {
     if (ev.peer[i] >= 0 && lane.has(ev.peer[i]) && ev.peer[i] !== ev.rank[i]) {
       const y0 = y + frame.laneH / 2, y1 = frame.yOf(lane.get(ev.peer[i])) + frame.laneH / 2;
       g.strokeStyle = WAIT_COLOR;
-      g.beginPath(); g.moveTo(x1, y0); g.lineTo(x1 - 16, y1); g.stroke();
+      g.beginPath(); g.moveTo(x1, y0); g.lineTo(x1 - 28, y1); g.stroke();
       g.setLineDash([]);
-      arrowHead(g, x1, y0, x1 - 16, y1, false);
+      arrowHead(g, x1, y0, x1 - 28, y1, false);
       g.setLineDash([4, 3]);
     }
     drawn++;
@@ -431,6 +431,15 @@ function timeline(model, data, box) {
 
   const [filters, markBad] = filterBar(model, data, () => { layout(); draw(); markBad(); });
   box.append(filters, plot, legend);
+  // The biggest loss and what set the time, in words under the picture (the rest: Per rank).
+  const [loss] = model.get("losses"), [path] = model.get("path_text");
+  for (const [text, className] of [[loss, "loss"], [path, "path"]]) {
+    if (!text) continue;
+    const line = document.createElement("div");
+    line.className = className;
+    line.textContent = text;
+    box.appendChild(line);
+  }
 
   let dragging = null;
   canvas.addEventListener("mousemove", (event) => {
