@@ -53,6 +53,29 @@ WRONG = {
         "no communication happened",
     ),
     "pingpong": ("def pingpong(nbytes, repeats):\n    return 0.0", "positive float"),
+    "bucket_allreduce": (
+        "def bucket_allreduce(arrays, limit):\n    return [comm.allreduce(a) for a in arrays]",
+        "one Allreduce per array",
+    ),
+    "input_grad": (
+        "def input_grad(grad_h, W1):\n    return np.hstack(comm.allgather(grad_h)) @ np.hstack(comm.allgather(W1)).T",
+        "the slices were gathered",
+    ),
+    "pipeline_forward": (
+        "def pipeline_forward(parts, count):\n    parts = comm.bcast(parts, root=0)\n"
+        "    return [p * np.prod(np.arange(2, size + 2)) for p in parts] if rank == size - 1 else None",
+        "no collective is needed",
+    ),
+    "stage_sum": (
+        "def stage_sum(x, stages):\n    values = comm.allgather(x)\n"
+        "    return sum(v for r, v in enumerate(values) if r % stages == rank % stages)",
+        "comm.Split(color=stage)",
+    ),
+    "zero_step": (
+        "def zero_step(params, grad, lr):\n    total = np.empty_like(grad)\n"
+        "    comm.Allreduce(grad, total)\n    return params - lr * total",
+        "Reduce_scatter the gradient",
+    ),
 }
 
 
@@ -84,5 +107,5 @@ def test_unwritten_and_undefined_functions_and_unknown_names(pool4):
     assert "not written yet" in str(mpinb.check("parallel_pi", pool=pool4))
     pool4.run("globals().pop('pingpong', None)")
     assert "`pingpong` is not defined on every rank" in str(mpinb.check("pingpong", pool=pool4))
-    with pytest.raises(ValueError, match="unknown exercise 'ring'; the exercises are: exchange"):
+    with pytest.raises(ValueError, match="unknown exercise 'ring'; the exercises are: bucket_allreduce, exchange"):
         mpinb.check("ring", pool=pool4)

@@ -283,5 +283,176 @@ PINGPONG = Exercise(
     "pingpong", "pingpong", "pingpong(1024, 50)", _verify_pingpong, _pattern_pingpong)
 
 
+# -- 07 data parallel ----------------------------------------------------------------------------
+
+_BUCKET_SIZES = (1000, 10, 10, 3000, 5)  # doubles; with a limit of 8,800 bytes: 3 buckets
+_BUCKET_LIMIT = 8 * 1100
+
+
+def _verify_buckets(answers, size):
+    total = size * (size + 1) / 2
+    return _compare(answers, lambda r: [n * total for n in _BUCKET_SIZES] + list(_BUCKET_SIZES),
+                    "the sums and lengths of bucket_allreduce's arrays")
+
+
+def _reductions(trace: Trace) -> int:
+    return sum(n for op, n in _collective_ops(trace).items() if op.lower() in ("allreduce", "iallreduce"))
+
+
+def _pattern_buckets(trace, size):
+    others = {op for op in _collective_ops(trace) if op.lower() not in ("allreduce", "iallreduce")}
+    if trace.messages() or others:
+        return ["sum the buckets with Allreduce, one call per bucket, and nothing else."]
+    calls = _reductions(trace)
+    if calls == len(_BUCKET_SIZES):
+        return ["one Allreduce per array: pack consecutive arrays into one flat buffer (np.concatenate) "
+                "while they fit under limit bytes, and sum each buffer with one Allreduce."]
+    if calls < 3:
+        return [f"{calls} Allreduce for all five arrays: a bucket holds at most limit bytes (an array "
+                "larger than limit goes alone), so these arrays need 3 buckets."]
+    if calls != 3:
+        return [f"{calls} Allreduce calls; consecutive arrays packed greedily under {_BUCKET_LIMIT} bytes "
+                "make 3 buckets: [1000, 10, 10], [3000], [5] doubles."]
+    return []
+
+
+BUCKETS = Exercise(
+    "bucket_allreduce", "bucket_allreduce",
+    f"_got = bucket_allreduce([np.full(n, rank + 1.0) for n in {_BUCKET_SIZES!r}], {_BUCKET_LIMIT})\n"
+    "[float(a.sum()) for a in _got] + [len(a) for a in _got]",
+    _verify_buckets, _pattern_buckets)
+
+
+# -- 08 tensor parallel --------------------------------------------------------------------------
+
+_TP_COLUMNS = 8  # hidden units per rank
+
+
+def _tp_matrices(size: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((6, _TP_COLUMNS * size)), rng.standard_normal((5, _TP_COLUMNS * size))
+
+
+def _verify_input_grad(answers, size):
+    grad_h, W1 = _tp_matrices(size)
+    return _compare(answers, lambda r: grad_h @ W1.T, "input_grad(grad_h slice, W1 slice)")
+
+
+def _pattern_input_grad(trace, size):
+    ops = _collective_ops(trace)
+    if any(op.lower().startswith("allgather") or op.lower().startswith("gather") for op in ops):
+        return ["the slices were gathered: that moves whole matrices, which tensor parallelism exists "
+                "to avoid. Each rank multiplies its own slices (a partial sum over its hidden units) "
+                "and one Allreduce adds the partial sums."]
+    if trace.messages() or _reductions(trace) != 1 or len(ops) != 1:
+        return ["one Allreduce of the partial products grad_h_r @ W1_r.T is all it takes."]
+    return []
+
+
+INPUT_GRAD = Exercise(
+    "input_grad", "input_grad",
+    "_rng = np.random.default_rng(7)\n"
+    f"_G, _W = _rng.standard_normal((6, {_TP_COLUMNS} * size)), _rng.standard_normal((5, {_TP_COLUMNS} * size))\n"
+    f"_mine = slice({_TP_COLUMNS} * rank, {_TP_COLUMNS} * (rank + 1))\n"
+    "np.asarray(input_grad(_G[:, _mine], _W[:, _mine])).tolist()",
+    _verify_input_grad, _pattern_input_grad)
+
+
+# -- 09 pipeline parallel ------------------------------------------------------------------------
+
+_MICRO = 4
+
+
+def _verify_pipeline(answers, size):
+    last = size - 1
+    for rank in sorted(answers):
+        if rank != last and answers[rank] is not None:
+            return [f"rank {rank} returned {_short(answers[rank])}; only the last stage (rank {last}) "
+                    "returns the outputs, the other stages return None."]
+    factor = float(np.prod([r + 2 for r in range(size)]))
+    return _compare({last: answers[last]}, lambda r: [i * factor for i in range(_MICRO)],
+                    "the first element of each output micro-batch")
+
+
+def _pattern_pipeline(trace, size):
+    if _collective_ops(trace):
+        return ["a pipeline passes each micro-batch from one stage to the next with send and recv; "
+                "no collective is needed."]
+    for message in trace.messages():
+        if message["dest"] != message["source"] + 1:
+            return [f"rank {message['source']} sent to rank {message['dest']}; each stage sends only to "
+                    "the next one (rank + 1)."]
+    if len(trace.messages()) != _MICRO * (size - 1):
+        return [f"{len(trace.messages())} messages; {_MICRO} micro-batches through {size} stages make "
+                f"{_MICRO * (size - 1)} (one per micro-batch per link)."]
+    return []
+
+
+PIPELINE = Exercise(
+    "pipeline_forward", "pipeline_forward",
+    f"_parts = [np.full(3, float(i)) for i in range({_MICRO})] if rank == 0 else None\n"
+    f"_out = pipeline_forward(_parts, {_MICRO})\n"
+    "None if rank != size - 1 else [float(np.asarray(x)[0]) for x in _out]",
+    _verify_pipeline, _pattern_pipeline)
+
+
+# -- 10 hybrid parallel --------------------------------------------------------------------------
+
+def _verify_stage_sum(answers, size):
+    return _compare(answers, lambda r: sum(q + 1 for q in range(size) if q % 2 == r % 2),
+                    "stage_sum(rank + 1, stages=2)")
+
+
+def _pattern_stage_sum(trace, size):
+    sub = [c for c in trace.collectives()
+           if c["op"] not in CART_DERIVING_CALLS and len(trace.comms.get(c["comm"], range(size))) < size]
+    if not sub:
+        return ["make the communicator of one stage's replicas with comm.Split(color=stage) and sum "
+                "over it with one allreduce: every rank of the world is not a replica of your stage."]
+    if trace.messages():
+        return ["point-to-point messages were sent; one allreduce on the stage's communicator is enough."]
+    return []
+
+
+STAGE_SUM = Exercise(
+    "stage_sum", "stage_sum", "float(stage_sum(float(rank + 1), stages=2))",
+    _verify_stage_sum, _pattern_stage_sum, min_ranks=4, ranks_multiple=2)
+
+
+# -- 11 ZeRO -------------------------------------------------------------------------------------
+
+def _zero_expected(size: int) -> np.ndarray:
+    n = 10 * size + 3
+    total = size * (size + 1) / 2
+    return np.linspace(0, 1, n) - 0.01 * np.arange(n, dtype=float) * total
+
+
+def _verify_zero(answers, size):
+    return _compare(answers, lambda r: _zero_expected(size), "zero_step(params, grad, 0.01)")
+
+
+def _pattern_zero(trace, size):
+    ops = {op.lower() for op in _collective_ops(trace)}
+    if ops & {"allreduce", "iallreduce"}:
+        return ["an Allreduce gives every rank the whole summed gradient, which ZeRO avoids: "
+                "Reduce_scatter the gradient (each rank gets the sum of its own shard), update that "
+                "shard, then Allgather(v) the parameters."]
+    if not any(op.startswith("reduce_scatter") for op in ops):
+        return ["sum the gradients with Reduce_scatter, so that each rank receives only its shard's sum."]
+    if not any(op.startswith("allgather") for op in ops):
+        return ["after updating its shard, each rank needs everybody's: Allgather(v) the parameters."]
+    if trace.messages():
+        return ["point-to-point messages were sent; Reduce_scatter and Allgatherv are all it takes."]
+    return []
+
+
+ZERO_STEP = Exercise(
+    "zero_step", "zero_step",
+    "_n = 10 * size + 3\n"
+    "np.asarray(zero_step(np.linspace(0, 1, _n), np.arange(_n, dtype=float) * (rank + 1), 0.01)).tolist()",
+    _verify_zero, _pattern_zero)
+
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
-    PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG)}
+    PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
+    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP)}
