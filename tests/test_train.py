@@ -129,3 +129,28 @@ pl_loss, pl_dW, pl_db, _, pl_peak = run_pipeline(
         np.testing.assert_allclose(db, grads[2 * stage + 1], rtol=1e-12, atol=1e-14)
     peaks = pool4.pull("pl_peak")
     assert peaks == ([4] * 4 if schedule == "gpipe_schedule" else [4, 3, 2, 1])
+
+
+def test_adam_on_a_shard_equals_the_same_elements_of_a_full_step():
+    from mpinb.train import adam_update, flatten, shard_counts, unflatten
+
+    rng = np.random.default_rng(3)
+    param, grad = rng.standard_normal(11), rng.standard_normal(11)
+    m, v = rng.standard_normal(11) ** 2, rng.standard_normal(11) ** 2
+    full = adam_update(param, grad, m, v, step=3, lr=0.01)
+    counts = shard_counts(11, 4)
+    assert counts == [3, 3, 3, 2] and [len(a) for a in np.array_split(param, 4)] == counts
+    start = 0
+    for count in counts:
+        part = slice(start, start + count)
+        shard = adam_update(param[part], grad[part], m[part], v[part], step=3, lr=0.01)
+        for whole, piece in zip(full, shard):
+            assert np.array_equal(whole[part], piece)
+        start += count
+    # the first step moves every parameter by lr against its gradient's sign (bias correction)
+    first, _, _ = adam_update(np.zeros(3), np.array([2.0, -0.5, 1e-3]), np.zeros(3), np.zeros(3), step=1, lr=0.1)
+    np.testing.assert_allclose(first, [-0.1, 0.1, -0.1], rtol=1e-4)
+    like = [np.zeros((2, 3)), np.zeros(4)]
+    vector = np.arange(10.0)
+    assert [a.shape for a in unflatten(vector, like)] == [(2, 3), (4,)]
+    assert np.array_equal(flatten(unflatten(vector, like)), vector)
