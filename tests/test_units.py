@@ -156,6 +156,9 @@ def test_a_ring_of_sends_is_a_deadlock_with_its_fix():
     assert "Wait-for cycle: 0 -> 1 -> 2 -> 3 -> 0" in text
     assert "rank 0: send to rank 1 (tag 0, 3.8 MB) at line 2" in text
     assert "Small messages are buffered" in text
+    synchronous = {r: {**_send((r + 1) % 4), "op": "ssend"} for r in range(4)}
+    text = diagnose(synchronous, finished=[], idle=[]).text()
+    assert "synchronous send (ssend)" in text and "Small messages are buffered" not in text
 
 
 def test_a_long_ring_is_told_in_a_sentence():

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from .._protocol import WAIT_KEY, WaitState
 from .._ranges import format_ranks
 
+SYNCHRONOUS_SENDS = ("Each rank sends before it receives, with a synchronous send (ssend), which waits for its "
+                     "receive whatever the size: every send waits for a receive that its neighbour posts only "
+                     "after its own send has completed. A standard send may do the same at any size.")
 FIXES = {
     "send": ("Each rank sends before it receives. Small messages are buffered, so this often works; "
              "large ones are not, so every send waits for a receive that its neighbour posts only "
@@ -77,7 +80,10 @@ class Diagnosis:
         if self.cycle is not None:
             lines.append("Wait-for cycle: " + _cycle_text(self.cycle, self._size()))
             kinds = {self.waits[r]["kind"] for r in self.cycle}
-            if len(kinds) == 1 and kinds <= set(FIXES):
+            synchronous = all(self.waits[r]["op"].lower().lstrip("i") == "ssend" for r in self.cycle)
+            if synchronous:
+                lines.append(SYNCHRONOUS_SENDS)
+            elif len(kinds) == 1 and kinds <= set(FIXES):
                 lines.append(FIXES[kinds.pop()])
         for rank, needed in sorted(self.stuck_on_absent().items()):
             lines.append(f"rank {rank} waits for {format_ranks(needed, word=True)}, which will not take part.")
