@@ -196,6 +196,22 @@ def test_traced_calls_behave_exactly_like_mpi4py(pool4):
     assert plain.trace is None and len(traced.trace) > 0
 
 
+FUTURES = (
+    "from mpi4py.futures import MPICommExecutor\n"
+    "with MPICommExecutor(comm, root=0) as executor:\n"
+    "    squares = None if executor is None else list(executor.map(pow, range(20), [2] * 20))\n"
+    "squares\n"
+)
+
+
+@pytest.mark.timeout(120)
+def test_mpi4py_futures_leader_and_workers_run_traced_as_untraced(pool4):
+    # Its intercommunicator's plain requests reach MPI.Request.test, which is ours while tracing.
+    for trace in (True, False):
+        result = pool4.run(FUTURES, trace=trace, timeout=60)
+        assert result.value == {0: [x * x for x in range(20)], 1: None, 2: None, 3: None}
+
+
 def test_untraced_runs_use_mpi4py_objects_directly(pool4):
     who = "type(comm) is MPI.Intracomm, MPI.COMM_WORLD is comm, MPI.Request.__module__"
     res = pool4.run(who, trace=False)

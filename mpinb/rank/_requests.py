@@ -26,6 +26,12 @@ class _RequestMeta(_TwinClass):
         return issubclass(sub, _Request) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
 
 
+def _traced(request) -> bool:
+    """Whether ``request`` carries an event to complete. ``MPI.Request.Test(r)`` and the like also
+    reach the methods below with plain requests (of untraced calls: intercommunicators...)."""
+    return getattr(request, "_event", None) is not None
+
+
 class TracedRequest(_Request, metaclass=_RequestMeta):
     """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
     be interrupted), and whose completion fills in its call's event (for a receive: the actual
@@ -49,19 +55,20 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         return twin
 
     def _describe(self, where) -> WaitState:
-        if self._what is None:
+        what = getattr(self, "_what", None)  # a plain request (an untraced call's) has none
+        if what is None:
             return _waiting_on_nothing_known("Wait", where)
-        op, kind, comm, peer, tag = self._what[:5]
+        op, kind, comm, peer, tag = what[:5]
         members = _rec.comms.get(comm)
         world_peer = world_rank(members, peer)
         state = wait_state(op, ("send", "recv", "collective")[min(kind, 2)], where, comm=comm, members=members,
                            peer=world_peer if kind != COLLECTIVE and world_peer >= 0 else None,
-                           any_source=peer == MPI.ANY_SOURCE and kind == RECV, tag=tag, nbytes=self._what[5])
+                           any_source=peer == MPI.ANY_SOURCE and kind == RECV, tag=tag, nbytes=what[5])
         state["via"] = "wait"
         return state
 
     def _done(self, status) -> None:
-        event = self._event
+        event = getattr(self, "_event", None)
         if event is None:
             return
         self._event = None
@@ -72,14 +79,14 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     # single request
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where, traced = _now(), _where(), self._event is not None
+        start, where, traced = _now(), _where(), _traced(self)
         _poll_request(self, mine, (self._describe, (where,)))  # its Test() may end the event
         self._finished("Wait", start, mine, where, traced)
         return True
 
     def wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where, traced = _now(), _where(), self._event is not None
+        start, where, traced = _now(), _where(), _traced(self)
         _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
         self._finished("wait", start, mine, where, traced)
         return value
@@ -91,7 +98,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
             _rec.add((name, WAIT, "", -1, -1, 0, 0, start, end, end, *where))
 
     def Test(self, status=None):
-        if self._event is None or not _rec.on:
+        if not _rec.on or not _traced(self):
             return _Request.Test(self, status)
         mine = status if status is not None else MPI.Status()
         flag = _Request.Test(self, mine)
@@ -100,7 +107,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         return flag
 
     def test(self, status=None):
-        if self._event is None or not _rec.on:
+        if not _rec.on or not _traced(self):
             return _Request.test(self, status)
         mine = status if status is not None else MPI.Status()
         flag, value = _Request.test(self, mine)
