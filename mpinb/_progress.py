@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from ._protocol import PROGRESS_KEY, Progress
 
@@ -27,12 +27,14 @@ TEXT_EVERY_LOG = 5.0  # and written as a new line this often into a file or a pi
 publisher: Callable[[dict], None] | None = None
 world_size = 1
 _bars = 0  # progress() loops begun in the current run
+last_states: dict[str, Progress] = {}  # each bar's last published state in this run, sent with the reply
 
 
 def new_run() -> None:
     """Each run numbers its loops from 0, so that the k-th loop of every rank is one bar."""
     global _bars
     _bars = 0
+    last_states.clear()
 
 
 def progress(iterable: Iterable[T], total: int | None = None, desc: str | None = None) -> Iterator[T]:
@@ -103,7 +105,9 @@ class _Published:
         self._publish(n, done=done, ended=True)
 
     def _publish(self, n: int, done: bool = False, ended: bool = False) -> None:
-        state = dict(self.state, n=n, elapsed=time.perf_counter() - self.began, done=done, ended=ended)
+        state = cast(Progress, dict(self.state, n=n, elapsed=time.perf_counter() - self.began, done=done,
+                                    ended=ended))
+        last_states[self.key] = state  # the status channel may lag the reply: the reply has it too
         try:
             self.send({self.key: state})
         except Exception:  # noqa: BLE001 - progress must never break the loop it shows

@@ -93,6 +93,7 @@ class Reply(TypedDict):
     wrote: bool  # sent output to the notebook's output channel (the notebook then waits for it)
     stdout: NotRequired[str]  # a relayed rank's output of a quick part, held back and sent here
     stderr: NotRequired[str]
+    progress: NotRequired[dict[str, Progress]]  # each mpinb.progress loop's last state
 
 
 class Progress(TypedDict):

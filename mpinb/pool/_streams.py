@@ -46,10 +46,19 @@ class StreamTracker:
         self._poll_progress(callback)
 
     def _poll_progress(self, callback: OutputCallback) -> None:
+        published = [{k: v for k, v in (data or {}).items() if k.startswith(PROGRESS_KEY)} for data in self._ar.data]
+        self._report_progress(published, callback)
+
+    def final_progress(self, replies: list, callback: OutputCallback | None) -> None:
+        """The loops' last states from the replies: a status message can arrive after its reply."""
+        if callback is not None:
+            self._report_progress([r.get("progress", {}) if isinstance(r, dict) else {} for r in replies], callback)
+
+    def _report_progress(self, per_rank: list[dict], callback: OutputCallback) -> None:
         moved: dict[str, dict[int, object]] = {}
-        for rank, data in zip(self._ranks, self._ar.data):
-            for key, state in (data or {}).items():
-                if key.startswith(PROGRESS_KEY) and self._progress.get((rank, key)) is not state:
+        for rank, states in zip(self._ranks, per_rank):
+            for key, state in states.items():
+                if self._progress.get((rank, key)) != state:
                     self._progress[rank, key] = state
                     moved.setdefault(key, {})[rank] = state
         if moved:

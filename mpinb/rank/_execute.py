@@ -125,6 +125,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     record["dropped_lines"] = dropped["lines"]
     record["wrote"] = bool(dropped["wrote"]) or _output.displays != displays_before
     record["elapsed"] = time.perf_counter() - start
+    if _progress.last_states:
+        record["progress"] = dict(_progress.last_states)
     return record
 
 
