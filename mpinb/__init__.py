@@ -32,10 +32,12 @@ _EXPORTS = {
     "last_trace": ".notebook",
     "load_ipython_extension": ".notebook",
     "progress": "._progress",
+    "set_language": "._language",
     "unload_ipython_extension": ".notebook",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is imported on first use
+    from ._language import set_language
     from ._progress import progress
     from .errors import (
         CellSyntaxError,
@@ -55,7 +57,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
 __all__ = [
     "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
     "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "check", "compare", "current_pool",
-    "last_trace", "load_ipython_extension", "progress", "unload_ipython_extension", "Pool",
+    "last_trace", "load_ipython_extension", "progress", "set_language", "unload_ipython_extension", "Pool",
 ]
 
 

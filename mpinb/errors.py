@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._language import say
 from ._ranges import format_ranks
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def _short_wait(state: WaitState) -> str:
     """``bcast (line 5)`` for the one-line account of a failed run."""
-    return f"{state['op']} (line {state['line']})"
+    return say("{op} (line {line})", op=state["op"], line=state["line"])
 
 
 class PoolError(RuntimeError):
@@ -53,21 +54,21 @@ class RankError(RuntimeError):
     def _summary(self) -> str:
         lines = []
         for ranks, failure in self.groups():
-            lines.append(f"{format_ranks(ranks, word=True)} raised {failure.headline()}")
+            lines.append(say("{ranks} raised {error}", ranks=format_ranks(ranks, word=True), error=failure.headline()))
         released = [r for r in self.result.released if r in self.failures]
         by_wait: dict[str, list[int]] = {}
         for rank in released:
             waiting = self.failures[rank].waiting
-            what = (f"waiting in {_short_wait(waiting)}" if waiting
-                    else "stopped (not waiting in MPI)")
+            what = (say("waiting in {wait}", wait=_short_wait(waiting)) if waiting
+                    else say("stopped (not waiting in MPI)"))
             by_wait.setdefault(what, []).append(rank)
         for what, ranks in by_wait.items():
-            verb = "was" if len(ranks) == 1 else "were"
-            lines.append(f"{format_ranks(ranks, word=True)} {verb} {what}")
+            template = "{ranks} was {what}" if len(ranks) == 1 else "{ranks} were {what}"
+            lines.append(say(template, ranks=format_ranks(ranks, word=True), what=what))
         fine = [r for r in self.result.ranks if r not in self.failures]
         if fine:
-            lines.append(f"{format_ranks(fine, word=True)} finished without error")
-        return "; ".join(lines)
+            lines.append(say("{ranks} finished without error", ranks=format_ranks(fine, word=True)))
+        return say("; ").join(lines)
 
     def render(self) -> str:
         """Every distinct traceback once, under the ranks that raised it."""

@@ -11,6 +11,10 @@ import pytest
 import mpinb
 from mpinb.notebook import _session as session
 
+# What mpinb says follows the locale; tests read its English (the Chinese has tests of its own),
+# and kernels, ranks and servers the tests start inherit this.
+os.environ["MPINB_LANGUAGE"] = "en"
+
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
                 "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")

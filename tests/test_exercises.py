@@ -109,3 +109,17 @@ def test_unwritten_and_undefined_functions_and_unknown_names(pool4):
     assert "`pingpong` is not defined on every rank" in str(mpinb.check("pingpong", pool=pool4))
     with pytest.raises(ValueError, match="unknown exercise 'ring'; the exercises are: bucket_allreduce, exchange"):
         mpinb.check("ring", pool=pool4)
+
+
+def test_verdicts_and_hints_follow_the_language(pool4):
+    pool4.run(WRONG["exchange"][0])
+    mpinb.set_language("zh")
+    try:
+        verdict = mpinb.check("exchange", pool=pool4, timeout=3)
+        text = str(verdict)
+        assert text.startswith("✘ exchange：还没有通过。") and "交换死锁了" in text and "死锁：" in text
+        pool4.run(solution("exchange"))
+        assert str(mpinb.check("exchange", pool=pool4)).startswith("✔ exchange：正确")
+    finally:
+        mpinb.set_language(None)
+    assert str(mpinb.check("exchange", pool=pool4)).startswith("✔ exchange: correct"), "English again"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .._language import say
 from .._protocol import WAIT_KEY, WaitState
 from .._ranges import format_ranks
 
@@ -65,29 +66,30 @@ class Diagnosis:
     def text(self) -> str:
         lines = []
         if self.cycle is not None:
-            lines.append("Deadlock: these ranks are blocked in MPI, each waiting for another.")
+            lines.append(say("Deadlock: these ranks are blocked in MPI, each waiting for another."))
         else:
-            lines.append("The ranks below are blocked in MPI and nothing they wait for is coming.")
+            lines.append(say("The ranks below are blocked in MPI and nothing they wait for is coming."))
         for ranks, offset in self._groups():
             if len(ranks) < GROUP_FROM:
                 lines += [f"  rank {rank}: {describe_wait(self.waits[rank])}" for rank in ranks]
             else:
                 lines.append(f"  {format_ranks(ranks, word=True)}: {self._describe_group(ranks, offset)}")
         if self.finished:
-            lines.append(f"  {format_ranks(self.finished, word=True)}: finished the run")
+            lines.append(f"  {format_ranks(self.finished, word=True)}: " + say("finished the run"))
         if self.idle:
-            lines.append(f"  {format_ranks(self.idle, word=True)}: not running this cell (see --targets)")
+            lines.append(f"  {format_ranks(self.idle, word=True)}: " + say("not running this cell (see --targets)"))
         if self.cycle is not None:
-            lines.append("Wait-for cycle: " + _cycle_text(self.cycle, self._size()))
+            lines.append(say("Wait-for cycle: {cycle}", cycle=_cycle_text(self.cycle, self._size())))
             kinds = {self.waits[r]["kind"] for r in self.cycle}
             synchronous = all(self.waits[r]["op"].lower().lstrip("i") == "ssend" for r in self.cycle)
             if synchronous:
-                lines.append(SYNCHRONOUS_SENDS)
+                lines.append(say(SYNCHRONOUS_SENDS))
             elif len(kinds) == 1 and kinds <= set(FIXES):
-                lines.append(FIXES[kinds.pop()])
+                lines.append(say(FIXES[kinds.pop()]))
         for rank, needed in sorted(self.stuck_on_absent().items()):
-            lines.append(f"rank {rank} waits for {format_ranks(needed, word=True)}, which will not take part.")
-        lines.append(USUAL_FIXES)
+            lines.append(say("rank {rank} waits for {needed}, which will not take part.", rank=rank,
+                             needed=format_ranks(needed, word=True)))
+        lines.append(say(USUAL_FIXES))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -121,8 +123,8 @@ class Diagnosis:
             text = text.replace(peer, _neighbour(offset, self._size()), 1)
         if max(waited):
             span = f"{min(waited):.1f}" if max(waited) - min(waited) < 0.05 else f"{min(waited):.1f}-{max(waited):.1f}"
-            text += f", waiting {span} s"
-        return "each " + text
+            text += say(", waiting {seconds} s", seconds=span)
+        return say("each {wait}", wait=text)
 
 
 GROUP_FROM = 8  # ranks in the same wait are told in one line from this many on (small rings stay per rank)
@@ -130,9 +132,9 @@ GROUP_FROM = 8  # ranks in the same wait are told in one line from this many on 
 
 def _neighbour(offset: int, size: int) -> str:
     if offset == size - 1:
-        return "its left neighbour (rank - 1)"
+        return say("its left neighbour (rank - 1)")
     if offset == 1:
-        return "its right neighbour (rank + 1)"
+        return say("its right neighbour (rank + 1)")
     return f"rank + {offset}" if offset <= size // 2 else f"rank - {size - offset}"
 
 
@@ -149,14 +151,14 @@ def describe_wait(state: WaitState) -> str:
     """``send to rank 1 (tag 0, 4.0 MB) at line 2, waiting 2.1 s``"""
     op, kind = state["op"], state["kind"]
     if kind == "send":
-        what = f"{op} to rank {state['peer']}"
+        what = say("{op} to rank {peer}", op=op, peer=state["peer"])
     elif kind == "recv":
-        source = "any rank" if state["any_source"] else f"rank {state['peer']}"
-        what = f"{op} from {source}"
+        source = say("any rank") if state["any_source"] else f"rank {state['peer']}"
+        what = say("{op} from {source}", op=op, source=source)
     else:
-        what = f"{op} on communicator {state['comm']!r}"
+        what = say("{op} on communicator {comm}", op=op, comm=repr(state["comm"]))
         if state["root"] is not None:
-            what += f" (root {state['root']})"
+            what += say(" (root {root})", root=state["root"])
     details = []
     if kind in ("send", "recv") and state["tag"] >= 0:
         details.append(f"tag {state['tag']}")
@@ -164,11 +166,11 @@ def describe_wait(state: WaitState) -> str:
         details.append(_size(state["bytes"]))
     if details:
         what += f" ({', '.join(details)})"
-    where = f" at line {state['line']}"
+    where = say(" at line {line}", line=state["line"])
     if state["file"] and not state["file"].startswith("<mpi-cell"):
-        where += f" of {state['file']}"
+        where += say(" of {file}", file=state["file"])
     waited = state.get("waited")
-    return what + where + (f", waiting {waited:.1f} s" if waited else "")
+    return what + where + (say(", waiting {seconds} s", seconds=f"{waited:.1f}") if waited else "")
 
 
 def _size(count: int) -> str:

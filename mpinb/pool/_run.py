@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .._language import say
 from .._protocol import Reply
 from .._ranges import format_ranks
 from .._values import unpack
@@ -89,6 +90,8 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
         pending.wait(INTERRUPT_GRACE)
     pending.wait_for_output(0.5 if pending.ready() else 0)
     tracker.poll(on_output)
+    if pending.ready():
+        tracker.final_progress(pending.replies(), on_output)
     outcome.diagnosis = watch.diagnosis
     outcome.elapsed = time.perf_counter() - started
     return outcome
@@ -96,15 +99,17 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
 
 def stopped_error(outcome: Outcome, timeout: float | None) -> BaseException:
     """The exception for a run that was interrupted or timed out, with the hang's diagnosis."""
-    what = "was interrupted" if outcome.stopped == "interrupt" else f"did not finish within {timeout:g} s"
+    if outcome.stopped == "interrupt":
+        text = say("the run was interrupted; the ranks were sent an interrupt.")
+    else:
+        text = say("the run did not finish within {timeout} s; the ranks were sent an interrupt.",
+                   timeout=f"{timeout:g}")
     busy = [r for r, over in zip(outcome.ranks, outcome.pending.finished()) if not over]
-    text = f"the run {what}; the ranks were sent an interrupt."
     if busy:
-        text += (
-            f" {format_ranks(busy, word=True)} did not stop within {INTERRUPT_GRACE:g} s "
-            "(blocked inside MPI outside mpinb's reach?): the pool stays busy until they return; "
-            "`%mpi restart` (Pool.restart()) starts afresh."
-        )
+        text += " " + say(
+            "{ranks} did not stop within {grace} s (blocked inside MPI outside mpinb's reach?): the pool stays "
+            "busy until they return; `%mpi restart` (Pool.restart()) starts afresh.",
+            ranks=format_ranks(busy, word=True), grace=f"{INTERRUPT_GRACE:g}")
     diagnosis = outcome.diagnosis
     if diagnosis is not None:
         hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis)

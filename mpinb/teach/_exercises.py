@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._events import CART_DERIVING_CALLS
+from .._language import say
 from ..trace import Trace
 
 Hints = list[str]
@@ -35,7 +36,8 @@ def _compare(answers: dict[int, object], expected: Callable[[int], object], what
     for rank in sorted(answers):
         got, want = answers[rank], expected(rank)
         if not _equal(got, want):
-            return [f"rank {rank} returned {_short(got)} for {what}; expected {_short(want)}."]
+            return [say("rank {rank} returned {got} for {what}; expected {want}.", rank=rank, got=_short(got),
+                        what=what, want=_short(want))]
     return []
 
 
@@ -98,13 +100,13 @@ def _verify_exchange(answers, size):
 def _pattern_exchange(trace, size):
     for message in trace.messages():
         if message["dest"] != message["source"] ^ 1:
-            return [f"rank {message['source']} sent to rank {message['dest']}; each rank should talk "
-                    "only to its partner rank ^ 1."]
+            return [say("rank {source} sent to rank {dest}; each rank should talk only to its partner rank ^ 1.",
+                        source=message["source"], dest=message["dest"])]
     counts = Counter(m["source"] for m in trace.messages())
     extra = {r: c for r, c in counts.items() if c != 1}
     if extra:
         rank, count = next(iter(extra.items()))
-        return [f"rank {rank} sent {count} messages; one message per rank is enough."]
+        return [say("rank {rank} sent {count} messages; one message per rank is enough.", rank=rank, count=count)]
     return []
 
 
@@ -132,23 +134,25 @@ def _verify_ring(answers, size):
 def _pattern_ring(trace, size):
     ops = _collective_ops(trace)
     if ops:
-        return [f"it calls {', '.join(sorted(ops))}: build the allreduce from Sendrecv between "
-                "neighbours, not from a collective."]
+        return [say("it calls {ops}: build the allreduce from Sendrecv between neighbours, not from a collective.",
+                    ops=", ".join(sorted(ops)))]
     sent = _sent_by(trace)
     for rank in range(size):
         mine = sent.get(rank, [])
         wrong_peer = [m for m in mine if m["dest"] != (rank + 1) % size]
         if wrong_peer:
-            return [f"rank {rank} sent to rank {wrong_peer[0]['dest']}; in a ring each rank sends only "
-                    f"to its right neighbour ({(rank + 1) % size})."]
+            return [say("rank {rank} sent to rank {dest}; in a ring each rank sends only to its right neighbour "
+                        "({right}).", rank=rank, dest=wrong_peer[0]["dest"], right=(rank + 1) % size)]
         if len(mine) != 2 * (size - 1):
-            return [f"rank {rank} sent {len(mine)} messages; a ring allreduce sends 2(p-1) = "
-                    f"{2 * (size - 1)}: p-1 steps of reduce-scatter, then p-1 of all-gather."]
+            return [say("rank {rank} sent {count} messages; a ring allreduce sends 2(p-1) = {expected}: p-1 steps "
+                        "of reduce-scatter, then p-1 of all-gather.", rank=rank, count=len(mine),
+                        expected=2 * (size - 1))]
         chunk = _RING_CHUNK * 8
         big = [m for m in mine if m["bytes"] > 2 * chunk]
         if big:
-            return [f"rank {rank} sent {big[0]['bytes']} bytes in one message; each step should carry "
-                    f"one chunk of n/p elements ({chunk} bytes), which is what makes the ring cheap."]
+            return [say("rank {rank} sent {nbytes} bytes in one message; each step should carry one chunk of n/p "
+                        "elements ({chunk} bytes), which is what makes the ring cheap.", rank=rank,
+                        nbytes=big[0]["bytes"], chunk=chunk)]
     return []
 
 
@@ -175,13 +179,13 @@ def _pattern_halo(trace, size):
     events = trace.events
     blocking = sorted({str(op) for op in events["op"]} & {"Send", "Recv", "send", "recv", "Sendrecv", "sendrecv"})
     if blocking:
-        return [f"it uses {', '.join(blocking)}; post Irecv and Isend for both neighbours first, then "
-                "wait for all four requests with MPI.Request.Waitall."]
+        return [say("it uses {ops}; post Irecv and Isend for both neighbours first, then wait for all four "
+                    "requests with MPI.Request.Waitall.", ops=", ".join(blocking))]
     for rank, mine in _sent_by(trace).items():
         peers = sorted({m["dest"] for m in mine})
         if peers != sorted({(rank - 1) % size, (rank + 1) % size}) or len(mine) != 2:
-            return [f"rank {rank} sent {len(mine)} messages to ranks {peers}; each rank sends one "
-                    "value to each of its two neighbours."]
+            return [say("rank {rank} sent {count} messages to ranks {peers}; each rank sends one value to each of "
+                        "its two neighbours.", rank=rank, count=len(mine), peers=peers)]
     return []
 
 
@@ -259,8 +263,8 @@ def _verify_pingpong(answers, size):
     for rank in (0, 1):
         value = answers.get(rank)
         if not isinstance(value, float) or not 0 < value < 1:
-            return [f"rank {rank} returned {_short(value)}; pingpong should return the one-way time of "
-                    "one message in seconds (a positive float, well under a second)."]
+            return [say("rank {rank} returned {value}; pingpong should return the one-way time of one message in "
+                        "seconds (a positive float, well under a second).", rank=rank, value=_short(value))]
     return []
 
 
@@ -268,14 +272,15 @@ def _pattern_pingpong(trace, size):
     messages = trace.messages()
     strangers = [m for m in messages if {m["source"], m["dest"]} != {0, 1}]
     if strangers:
-        return [f"rank {strangers[0]['source']} sent to rank {strangers[0]['dest']}; only ranks 0 and "
-                "1 take part in a ping-pong."]
+        return [say("rank {source} sent to rank {dest}; only ranks 0 and 1 take part in a ping-pong.",
+                    source=strangers[0]["source"], dest=strangers[0]["dest"])]
     if len(messages) != 2 * 50:
-        return [f"{len(messages)} messages were sent; pingpong(1024, 50) makes 50 round trips: 100."]
+        return [say("{count} messages were sent; pingpong(1024, 50) makes 50 round trips: 100.",
+                    count=len(messages))]
     sizes = {m["bytes"] for m in messages}
     if sizes != {1024}:
-        return [f"messages of {sorted(sizes)} bytes were sent; send a buffer of exactly nbytes bytes "
-                "(np.zeros(nbytes, dtype=np.uint8) with Send/Recv)."]
+        return [say("messages of {sizes} bytes were sent; send a buffer of exactly nbytes bytes "
+                    "(np.zeros(nbytes, dtype=np.uint8) with Send/Recv).", sizes=sorted(sizes))]
     return []
 
 
@@ -308,11 +313,11 @@ def _pattern_buckets(trace, size):
         return ["one Allreduce per array: pack consecutive arrays into one flat buffer (np.concatenate) "
                 "while they fit under limit bytes, and sum each buffer with one Allreduce."]
     if calls < 3:
-        return [f"{calls} Allreduce for all five arrays: a bucket holds at most limit bytes (an array "
-                "larger than limit goes alone), so these arrays need 3 buckets."]
+        return [say("{calls} Allreduce for all five arrays: a bucket holds at most limit bytes (an array larger "
+                    "than limit goes alone), so these arrays need 3 buckets.", calls=calls)]
     if calls != 3:
-        return [f"{calls} Allreduce calls; consecutive arrays packed greedily under {_BUCKET_LIMIT} bytes "
-                "make 3 buckets: [1000, 10, 10], [3000], [5] doubles."]
+        return [say("{calls} Allreduce calls; consecutive arrays packed greedily under {limit} bytes make 3 "
+                    "buckets: [1000, 10, 10], [3000], [5] doubles.", calls=calls, limit=_BUCKET_LIMIT)]
     return []
 
 
@@ -367,8 +372,8 @@ def _verify_pipeline(answers, size):
     last = size - 1
     for rank in sorted(answers):
         if rank != last and answers[rank] is not None:
-            return [f"rank {rank} returned {_short(answers[rank])}; only the last stage (rank {last}) "
-                    "returns the outputs, the other stages return None."]
+            return [say("rank {rank} returned {value}; only the last stage (rank {last}) returns the outputs, the "
+                        "other stages return None.", rank=rank, value=_short(answers[rank]), last=last)]
     factor = float(np.prod([r + 2 for r in range(size)]))
     return _compare({last: answers[last]}, lambda r: [i * factor for i in range(_MICRO)],
                     "the first element of each output micro-batch")
@@ -380,11 +385,12 @@ def _pattern_pipeline(trace, size):
                 "no collective is needed."]
     for message in trace.messages():
         if message["dest"] != message["source"] + 1:
-            return [f"rank {message['source']} sent to rank {message['dest']}; each stage sends only to "
-                    "the next one (rank + 1)."]
+            return [say("rank {source} sent to rank {dest}; each stage sends only to the next one (rank + 1).",
+                        source=message["source"], dest=message["dest"])]
     if len(trace.messages()) != _MICRO * (size - 1):
-        return [f"{len(trace.messages())} messages; {_MICRO} micro-batches through {size} stages make "
-                f"{_MICRO * (size - 1)} (one per micro-batch per link)."]
+        return [say("{count} messages; {micro} micro-batches through {size} stages make {expected} (one per "
+                    "micro-batch per link).", count=len(trace.messages()), micro=_MICRO, size=size,
+                    expected=_MICRO * (size - 1))]
     return []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from .._language import say
 from ..errors import MPIHangError
 from ._exercises import EXERCISES, Exercise
 
@@ -23,8 +24,9 @@ class CheckResult:
 
     def __str__(self) -> str:
         if self.passed:
-            return f"✔ {self.exercise}: correct, on every rank and in how the ranks communicated."
-        lines = [f"✘ {self.exercise}: not yet."] + [f"  - {hint}" for hint in self.hints]
+            return "✔ " + say("{exercise}: correct, on every rank and in how the ranks communicated.",
+                              exercise=self.exercise)
+        lines = ["✘ " + say("{exercise}: not yet.", exercise=self.exercise)] + [f"  - {hint}" for hint in self.hints]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -53,9 +55,12 @@ def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
         raise RuntimeError("no pool is running: run a %%mpi cell (or mpinb.Pool(n).start()) first.")
     size = pool.settings.n
     if size < spec.min_ranks or size % spec.ranks_multiple:
-        need = f"a multiple of {spec.ranks_multiple}" if spec.ranks_multiple > 1 else f"at least {spec.min_ranks}"
-        return CheckResult(exercise, False, [f"this exercise needs {need} ranks; the pool has {size} "
-                                             f"(%mpi restart -n 4)."])
+        if spec.ranks_multiple > 1:
+            need = say("a multiple of {count}", count=spec.ranks_multiple)
+        else:
+            need = say("at least {count}", count=spec.min_ranks)
+        return CheckResult(exercise, False, [say("this exercise needs {need} ranks; the pool has {size} "
+                                                 "(%mpi restart -n 4).", need=need, size=size)])
     return _grade(spec, pool, size, timeout)
 
 
@@ -63,23 +68,25 @@ def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
     try:
         result = pool.run(spec.call, timeout=timeout, check=False)
     except MPIHangError as hang:
-        return CheckResult(spec.name, False, [spec.hang_hint, "what mpinb saw: " + hang.diagnosis.text()])
+        return CheckResult(spec.name, False, [say(spec.hang_hint),
+                                              say("what mpinb saw: {diagnosis}", diagnosis=hang.diagnosis.text())])
     if result.errors:
         ranks, failure = result.error_groups()[0]
         if failure.type == "NameError" and f"'{spec.function}'" in failure.message:
-            return CheckResult(spec.name, False, [
-                f"`{spec.function}` is not defined on every rank (missing on ranks {_ranks(ranks)}): "
-                f"define it in a %%mpi cell, so that every rank has it."])
+            return CheckResult(spec.name, False, [say(
+                "`{function}` is not defined on every rank (missing on ranks {ranks}): define it in a %%mpi "
+                "cell, so that every rank has it.", function=spec.function, ranks=_ranks(ranks))])
         if failure.type == "NotImplementedError":
-            return CheckResult(spec.name, False, [
-                f"`{spec.function}` is not written yet (it raises NotImplementedError): write its "
-                "body in the %%mpi cell above, run that cell, then check again."])
-        return CheckResult(spec.name, False, [
-            f"`{spec.function}` raised {failure.headline()} on ranks {_ranks(ranks)}."])
+            return CheckResult(spec.name, False, [say(
+                "`{function}` is not written yet (it raises NotImplementedError): write its body in the %%mpi "
+                "cell above, run that cell, then check again.", function=spec.function)])
+        return CheckResult(spec.name, False, [say(
+            "`{function}` raised {error} on ranks {ranks}.", function=spec.function, error=failure.headline(),
+            ranks=_ranks(ranks))])
     hints = spec.verify(result.value, size)
     if not hints and result.trace is not None:
         hints = spec.pattern(result.trace, size)
-    return CheckResult(spec.name, not hints, hints)
+    return CheckResult(spec.name, not hints, [say(hint) for hint in hints])  # the plain sentences too
 
 
 def _ranks(ranks: list[int]) -> str:

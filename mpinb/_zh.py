@@ -1,0 +1,211 @@
+"""Simplified Chinese for what mpinb says to learners (see :mod:`mpinb._language`): English
+template -> Chinese template, with the same ``{fields}``. Terms follow notebooks/zh/术语表.md."""
+
+from __future__ import annotations
+
+ZH: dict[str, str] = {
+    # -- mpinb.check: verdicts and the grading's own sentences
+    "{exercise}: correct, on every rank and in how the ranks communicated.":
+        "{exercise}：正确，每个 rank 上的结果和各 rank 之间的通信方式都对。",
+    "{exercise}: not yet.": "{exercise}：还没有通过。",
+    "a multiple of {count}": "{count} 的倍数个",
+    "at least {count}": "至少 {count} 个",
+    "this exercise needs {need} ranks; the pool has {size} (%mpi restart -n 4).":
+        "这个练习需要{need} rank；当前进程池有 {size} 个（运行 %mpi restart -n 4）。",
+    "what mpinb saw: {diagnosis}": "mpinb 看到的情况：{diagnosis}",
+    "`{function}` is not defined on every rank (missing on ranks {ranks}): define it in a %%mpi cell, so "
+    "that every rank has it.":
+        "`{function}` 没有在每个 rank 上定义（rank {ranks} 上缺少）：请在 %%mpi 单元格中定义它，让每个 rank 都有。",
+    "`{function}` is not written yet (it raises NotImplementedError): write its body in the %%mpi cell "
+    "above, run that cell, then check again.":
+        "`{function}` 还没有写（它引发 NotImplementedError）：在上面的 %%mpi 单元格中写好函数体，"
+        "运行该单元格，再检查一次。",
+    "`{function}` raised {error} on ranks {ranks}.": "`{function}` 在 rank {ranks} 上引发了 {error}。",
+    "rank {rank} returned {got} for {what}; expected {want}.":
+        "rank {rank} 对 {what} 返回了 {got}；期望的是 {want}。",
+    # -- hang hints of the exercises
+    "the ranks deadlocked: each waits for a message or a collective another never starts.":
+        "各 rank 死锁了：每个 rank 都在等一条消息或一个集合操作，而另一方永远不会开始它。",
+    "the exchange deadlocked: both partners send first, and a large send waits for its receive. Let even "
+    "ranks send first and odd ranks receive first, or use comm.Sendrecv, or Isend/Irecv and then wait.":
+        "交换死锁了：两个搭档都先发送，而大消息的发送要等对方接收。让偶数 rank 先发送、奇数 rank 先接收，"
+        "或者使用 comm.Sendrecv，或者先 Isend/Irecv 再等待。",
+    "the ring deadlocked: use comm.Sendrecv (send right, receive from the left in one call) at every step, "
+    "so that no rank waits for a neighbour that is also waiting.":
+        "环死锁了：每一步都使用 comm.Sendrecv（一次调用中向右发送、从左接收），这样就没有 rank 会去等"
+        "一个同样在等待的邻居。",
+    "the halo exchange deadlocked: with nonblocking calls, post all receives and sends first and wait "
+    "afterwards.":
+        "光环交换死锁了：使用非阻塞调用时，先挂出所有的接收和发送，之后再等待。",
+    # -- 00 parallel_sum
+    "no rank communicated: each rank computed the whole sum alone. Let each rank sum its share "
+    "(range(rank, n, size)) and combine the shares with comm.allreduce.":
+        "没有任何 rank 进行通信：每个 rank 都独自算了整个和。让每个 rank 只对自己那一份求和"
+        "（range(rank, n, size)），再用 comm.allreduce 把各份合起来。",
+    "the shares were combined with point-to-point messages; one comm.allreduce does it in a single call, "
+    "and every rank gets the total.":
+        "各份是用点对点消息合起来的；一次 comm.allreduce 调用就能完成，而且每个 rank 都能得到总和。",
+    # -- 01 exchange
+    "rank {source} sent to rank {dest}; each rank should talk only to its partner rank ^ 1.":
+        "rank {source} 发给了 rank {dest}；每个 rank 只应当与它的搭档 rank ^ 1 通信。",
+    "rank {rank} sent {count} messages; one message per rank is enough.":
+        "rank {rank} 发送了 {count} 条消息；每个 rank 一条就够了。",
+    # -- 02 ring_allreduce
+    "it calls {ops}: build the allreduce from Sendrecv between neighbours, not from a collective.":
+        "它调用了 {ops}：请用邻居之间的 Sendrecv 来构造全归约，而不是用集合操作。",
+    "rank {rank} sent to rank {dest}; in a ring each rank sends only to its right neighbour ({right}).":
+        "rank {rank} 发给了 rank {dest}；在环中每个 rank 只向右边的邻居（{right}）发送。",
+    "rank {rank} sent {count} messages; a ring allreduce sends 2(p-1) = {expected}: p-1 steps of "
+    "reduce-scatter, then p-1 of all-gather.":
+        "rank {rank} 发送了 {count} 条消息；环形全归约发送 2(p-1) = {expected} 条：p-1 步归约散发，"
+        "再 p-1 步全收集。",
+    "rank {rank} sent {nbytes} bytes in one message; each step should carry one chunk of n/p elements "
+    "({chunk} bytes), which is what makes the ring cheap.":
+        "rank {rank} 在一条消息中发送了 {nbytes} 字节；每一步只应传送 n/p 个元素的一块（{chunk} 字节），"
+        "环的低开销正来自于此。",
+    # -- 03 halo_exchange
+    "it uses {ops}; post Irecv and Isend for both neighbours first, then wait for all four requests with "
+    "MPI.Request.Waitall.":
+        "它使用了 {ops}；请先为两侧邻居挂出 Irecv 和 Isend，再用 MPI.Request.Waitall 等待全部四个请求。",
+    "rank {rank} sent {count} messages to ranks {peers}; each rank sends one value to each of its two "
+    "neighbours.":
+        "rank {rank} 向 rank {peers} 发送了 {count} 条消息；每个 rank 应给两个邻居各发一个值。",
+    # -- 04 grid_sums
+    "split COMM_WORLD twice (color = row, then color = column) and reduce once on each of the two smaller "
+    "communicators.":
+        "把 COMM_WORLD 切分两次（先 color = 行号，再 color = 列号），在两个较小的通信域上各做一次归约。",
+    "point-to-point messages were sent; one allreduce on the row communicator and one on the column "
+    "communicator are all it takes.":
+        "发送了点对点消息；在行通信域和列通信域上各做一次 allreduce 就足够了。",
+    # -- 05 parallel_pi
+    "the parts were combined with point-to-point messages; comm.allreduce combines them in one call (in "
+    "log p steps) and gives every rank the result.":
+        "各部分是用点对点消息合起来的；comm.allreduce 一次调用就能合并（用 log p 步），并让每个 rank "
+        "都得到结果。",
+    "no communication happened: every rank computed all n intervals. Give each rank every size-th "
+    "interval, starting at its rank.":
+        "没有发生任何通信：每个 rank 都算了全部 n 个区间。让每个 rank 从自己的 rank 开始、每隔 size "
+        "个区间取一个。",
+    # -- 06 pingpong
+    "rank {rank} returned {value}; pingpong should return the one-way time of one message in seconds (a "
+    "positive float, well under a second).":
+        "rank {rank} 返回了 {value}；pingpong 应当返回一条消息单程的时间，以秒为单位（一个正的浮点数，"
+        "远小于一秒）。",
+    "rank {source} sent to rank {dest}; only ranks 0 and 1 take part in a ping-pong.":
+        "rank {source} 发给了 rank {dest}；乒乓测试只有 rank 0 和 rank 1 参加。",
+    "{count} messages were sent; pingpong(1024, 50) makes 50 round trips: 100.":
+        "发送了 {count} 条消息；pingpong(1024, 50) 往返 50 次：应为 100 条。",
+    "messages of {sizes} bytes were sent; send a buffer of exactly nbytes bytes "
+    "(np.zeros(nbytes, dtype=np.uint8) with Send/Recv).":
+        "发送的消息大小为 {sizes} 字节；请用 Send/Recv 发送恰好 nbytes 字节的缓冲区"
+        "（np.zeros(nbytes, dtype=np.uint8)）。",
+    # -- 07 bucket_allreduce
+    "sum the buckets with Allreduce, one call per bucket, and nothing else.":
+        "用 Allreduce 对各个桶求和，每个桶一次调用，不要用别的。",
+    "one Allreduce per array: pack consecutive arrays into one flat buffer (np.concatenate) while they "
+    "fit under limit bytes, and sum each buffer with one Allreduce.":
+        "每个数组一次 Allreduce：只要不超过 limit 字节，就把相邻的数组打包进一个扁平缓冲区"
+        "（np.concatenate），每个缓冲区用一次 Allreduce 求和。",
+    "{calls} Allreduce for all five arrays: a bucket holds at most limit bytes (an array larger than "
+    "limit goes alone), so these arrays need 3 buckets.":
+        "五个数组一共只用了 {calls} 次 Allreduce：一个桶最多 limit 字节（比 limit 大的数组单独成桶），"
+        "所以这些数组需要 3 个桶。",
+    "{calls} Allreduce calls; consecutive arrays packed greedily under {limit} bytes make 3 buckets: "
+    "[1000, 10, 10], [3000], [5] doubles.":
+        "调用了 {calls} 次 Allreduce；把相邻数组贪心地打包到 {limit} 字节以内，得到 3 个桶："
+        "[1000, 10, 10]、[3000]、[5] 个 double。",
+    # -- 08 input_grad
+    "the slices were gathered: that moves whole matrices, which tensor parallelism exists to avoid. Each "
+    "rank multiplies its own slices (a partial sum over its hidden units) and one Allreduce adds the "
+    "partial sums.":
+        "你收集了各个切片：这会搬运整个矩阵，而张量并行存在的意义正是避免这样做。每个 rank 用自己的切片"
+        "相乘（得到对其隐藏单元的部分和），再用一次 Allreduce 把部分和加起来。",
+    "one Allreduce of the partial products grad_h_r @ W1_r.T is all it takes.":
+        "对部分乘积 grad_h_r @ W1_r.T 做一次 Allreduce 就足够了。",
+    # -- 09 pipeline_forward
+    "rank {rank} returned {value}; only the last stage (rank {last}) returns the outputs, the other "
+    "stages return None.":
+        "rank {rank} 返回了 {value}；只有最后一个阶段（rank {last}）返回输出，其他阶段返回 None。",
+    "a pipeline passes each micro-batch from one stage to the next with send and recv; no collective is "
+    "needed.":
+        "流水线用 send 和 recv 把每个微批次从一个阶段传到下一个阶段；不需要集合操作。",
+    "rank {source} sent to rank {dest}; each stage sends only to the next one (rank + 1).":
+        "rank {source} 发给了 rank {dest}；每个阶段只发给下一个阶段（rank + 1）。",
+    "{count} messages; {micro} micro-batches through {size} stages make {expected} (one per micro-batch "
+    "per link).":
+        "共 {count} 条消息；{micro} 个微批次穿过 {size} 个阶段应为 {expected} 条（每条链路上每个微批次一条）。",
+    # -- 10 stage_sum
+    "make the communicator of one stage's replicas with comm.Split(color=stage) and sum over it with one "
+    "allreduce: every rank of the world is not a replica of your stage.":
+        "用 comm.Split(color=stage) 创建由同一阶段各副本组成的通信域，并在其上做一次 allreduce 求和："
+        "并不是全局中的每个 rank 都是你这个阶段的副本。",
+    "point-to-point messages were sent; one allreduce on the stage's communicator is enough.":
+        "发送了点对点消息；在该阶段的通信域上做一次 allreduce 就够了。",
+    # -- 11 zero_step
+    "an Allreduce gives every rank the whole summed gradient, which ZeRO avoids: Reduce_scatter the "
+    "gradient (each rank gets the sum of its own shard), update that shard, then Allgather(v) the "
+    "parameters.":
+        "Allreduce 让每个 rank 都得到完整的梯度和，而 ZeRO 正要避免这一点：对梯度做 Reduce_scatter"
+        "（每个 rank 得到自己那一片的和），更新这一片，再对参数做 Allgather(v)。",
+    "sum the gradients with Reduce_scatter, so that each rank receives only its shard's sum.":
+        "用 Reduce_scatter 对梯度求和，使每个 rank 只收到自己那一片的和。",
+    "after updating its shard, each rank needs everybody's: Allgather(v) the parameters.":
+        "更新完自己那一片后，每个 rank 还需要所有人的：对参数做 Allgather(v)。",
+    "point-to-point messages were sent; Reduce_scatter and Allgatherv are all it takes.":
+        "发送了点对点消息；只需要 Reduce_scatter 和 Allgatherv。",
+    # -- hang diagnosis
+    "Deadlock: these ranks are blocked in MPI, each waiting for another.":
+        "死锁：下列 rank 都阻塞在 MPI 中，每个都在等另一个。",
+    "The ranks below are blocked in MPI and nothing they wait for is coming.":
+        "下列 rank 阻塞在 MPI 中，而它们等待的东西永远不会到来。",
+    "finished the run": "已经运行结束",
+    "not running this cell (see --targets)": "没有运行这个单元格（见 --targets）",
+    "Wait-for cycle: {cycle}": "等待环：{cycle}",
+    "rank {rank} waits for {needed}, which will not take part.": "rank {rank} 在等 {needed}，而它们不会参与。",
+    "each {wait}": "都在 {wait}",
+    "its left neighbour (rank - 1)": "左邻居（rank - 1）",
+    "its right neighbour (rank + 1)": "右邻居（rank + 1）",
+    "{op} to rank {peer}": "{op} 发往 rank {peer}",
+    "{op} from {source}": "{op} 来自 {source}",
+    "any rank": "任意 rank",
+    "{op} on communicator {comm}": "{op}，通信域 {comm}",
+    " (root {root})": "（根进程 {root}）",
+    " at line {line}": "，第 {line} 行",
+    " of {file}": "，文件 {file}",
+    ", waiting {seconds} s": "，已等待 {seconds} 秒",
+    "Each rank sends before it receives. Small messages are buffered, so this often works; large ones are "
+    "not, so every send waits for a receive that its neighbour posts only after its own send has "
+    "completed.":
+        "每个 rank 都先发送后接收。小消息会被缓冲，所以这样常常能行；大消息不会，于是每次发送都在等一个"
+        "接收，而邻居要等自己的发送完成后才会挂出这个接收。",
+    "Each rank sends before it receives, with a synchronous send (ssend), which waits for its receive "
+    "whatever the size: every send waits for a receive that its neighbour posts only after its own send "
+    "has completed. A standard send may do the same at any size.":
+        "每个 rank 都先用同步发送（ssend）再接收，而同步发送无论消息多大都要等到对方接收：每次发送都在"
+        "等一个接收，而邻居要等自己的发送完成后才会挂出它。标准模式的发送在任何大小下也都可能如此。",
+    "Each rank waits to receive before it sends, so no message is ever sent.":
+        "每个 rank 都在发送之前等待接收，所以没有任何消息被发出。",
+    "The ranks are not in the same collective call: every rank of a communicator must call the same "
+    "collectives, in the same order.":
+        "各 rank 不在同一个集合操作调用中：通信域中的每个 rank 都必须以相同的顺序调用相同的集合操作。",
+    "Usual fixes: order by rank (even ranks send first, odd ranks receive first); use comm.sendrecv(...) "
+    "for an exchange; or post comm.irecv(...) and comm.isend(...) and wait for both.":
+        "常见修复：按 rank 安排顺序（偶数 rank 先发送，奇数 rank 先接收）；交换时使用 comm.sendrecv(...)；"
+        "或者先挂出 comm.irecv(...) 和 comm.isend(...)，再等待两者完成。",
+    # -- a run that was stopped, and errors of many ranks
+    "the run was interrupted; the ranks were sent an interrupt.": "运行被中断；已向各 rank 发送中断信号。",
+    "the run did not finish within {timeout} s; the ranks were sent an interrupt.":
+        "运行未能在 {timeout} 秒内完成；已向各 rank 发送中断信号。",
+    "{ranks} did not stop within {grace} s (blocked inside MPI outside mpinb's reach?): the pool stays "
+    "busy until they return; `%mpi restart` (Pool.restart()) starts afresh.":
+        "{ranks} 未能在 {grace} 秒内停下（阻塞在 mpinb 够不到的 MPI 调用里？）：在它们返回之前进程池"
+        "一直处于忙碌状态；`%mpi restart`（Pool.restart()）可以重新开始。",
+    "{ranks} raised {error}": "{ranks} 引发了 {error}",
+    "waiting in {wait}": "正在等待 {wait}",
+    "stopped (not waiting in MPI)": "已停止（不在 MPI 中等待）",
+    "{ranks} was {what}": "{ranks} {what}",
+    "{ranks} were {what}": "{ranks} {what}",
+    "{ranks} finished without error": "{ranks} 正常结束",
+    "{op} (line {line})": "{op}（第 {line} 行）",
+    "; ": "；",
+}
