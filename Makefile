@@ -52,8 +52,9 @@ lint: install
 
 # The documentation site, offline, in build/docs: the user guide (from this README), the API from
 # docstrings, and the tutorials in English and Chinese executed as they are built.
+# Each notebook's feedback in its own language: English by default, Chinese in notebooks/zh/.
 docs: install
-	$(BIN)/python -m sphinx -q -c docs -b html --keep-going . build/docs
+	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -c docs -b html --keep-going . build/docs
 	@echo "mpinb: the site is in build/docs/index.html"
 
 # The whole suite on the chosen MPI (the site first: a browser test reads it); on MPICH (the

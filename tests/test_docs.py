@@ -28,8 +28,10 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def site() -> Iterator[str]:
     """The built site on a localhost port (built here if ``make docs`` has not run)."""
     if not os.path.exists(os.path.join(SITE, "index.html")):
+        # As `make docs`: English by default, Chinese in notebooks/zh/ (not this session's pinned English).
+        env = {k: v for k, v in os.environ.items() if k != "MPINB_LANGUAGE"} | {"LC_ALL": "C.UTF-8"}
         subprocess.run([sys.executable, "-m", "sphinx", "-q", "-c", "docs", "-b", "html", "--keep-going", ".",
-                        SITE], cwd=ROOT, check=True, timeout=1500)
+                        SITE], cwd=ROOT, check=True, timeout=1500, env=env)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=SITE))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -76,6 +78,7 @@ def test_the_site_shows_the_guide_the_tutorials_with_their_results_and_the_api(s
             assert diagram.is_visible(), "the space-time view as its static picture"
             assert page.locator("article .mpinb-trace svg rect").count() > 10
             assert "waited" in page.locator("article").inner_text(), "the wait states, in words"
+            assert "is not written yet" in page.locator("article").inner_text(), "feedback in English here"
             page.screenshot(path=os.path.join(artifacts, "docs-performance.png"))
 
             page.locator(".sidebar-tree a", has_text="点对点通信").first.click()
@@ -86,8 +89,9 @@ def test_the_site_shows_the_guide_the_tutorials_with_their_results_and_the_api(s
 
             page.locator(".sidebar-tree a", has_text="Python API").first.click()
             page.wait_for_load_state()
-            assert page.locator("dt[id='mpinb.Pool']").count() == 1 and page.locator("dt[id='mpinb.progress']").count() == 1
-            assert "trace_budget" in page.locator("dt[id='mpinb.Pool']").inner_text()
+            pool, progress = page.locator("dt[id='mpinb.Pool']"), page.locator("dt[id='mpinb.progress']")
+            assert pool.count() == 1 and progress.count() == 1
+            assert "trace_budget" in pool.inner_text()
         finally:
             browser.close()
     assert outside == [], "the site must work offline: nothing from a CDN"
