@@ -46,6 +46,7 @@ class Trace:
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
+        self._path: CriticalPath | None = None
         self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
                      for r, data in per_rank.items()}
         rows = []
@@ -184,7 +185,9 @@ class Trace:
         each rank and each line holds; see :mod:`mpinb.trace._path`."""
         from ._path import critical_path
 
-        return critical_path(self)
+        if self._path is None:  # the view, its SVG and its text summary each ask
+            self._path = critical_path(self)
+        return self._path
 
     def summary(self) -> list[dict]:
         """Per rank: wall time, time inside MPI vs computing, time lost waiting for other ranks,
