@@ -9,6 +9,7 @@ Shortening anything off the path cannot shorten the run; shortening the path can
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
@@ -100,37 +101,61 @@ def critical_path(trace: Trace) -> CriticalPath:
     wall = trace.span[rank][1] - began
     if len(trace.unfinished()):
         return CriticalPath([], wall, stopped=True)
+    # Per rank, its waits by the time each ended: the walk only goes back in time, so the wait it
+    # needs is the last one ended by then (a bisection), not a scan of all of them at every step.
     waits_of: dict[int, list] = {}
-    for w in trace.waits():
+    for w in sorted(trace.waits(), key=lambda w: w["start"] + w["seconds"]):
         waits_of.setdefault(w["rank"], []).append(w)
+    resumed_at = {r: [w["start"] + w["seconds"] for w in ws] for r, ws in waits_of.items()}
     pieces: list[tuple[int, float, float]] = []  # (rank, from, to), latest first
     t = trace.span[rank][1]
     used: set[int] = set()
     while True:
-        waited = [w for w in waits_of.get(rank, ()) if id(w) not in used
-                  and w["start"] < t and w["start"] + w["seconds"] <= t + _SAME]
-        if not waited:
+        last = _last_wait_before(waits_of.get(rank, []), resumed_at.get(rank, []), t, used)
+        if last is None:
             pieces.append((rank, trace.span[rank][0], t))
             break
-        last = max(waited, key=lambda w: w["start"] + w["seconds"])
         used.add(id(last))
         resumed = last["start"] + last["seconds"]
         pieces.append((rank, resumed, t))
         rank, t = last["peer"], resumed
+    on_rank = _calls_by_rank(trace)
     steps: list[Step] = []
     for rank, start, end in reversed(pieces):
-        steps += _steps_on(trace, rank, start, end)
+        steps += _steps_on(on_rank[rank], rank, start, end)
     return CriticalPath(steps, wall)
 
 
-def _steps_on(trace: Trace, rank: int, start: float, end: float) -> list[Step]:
+def _last_wait_before(waits: list, resumed_at: list[float], t: float, used: set[int]):
+    """The wait that ended last at or before ``t`` (and began before it), not yet on the path."""
+    for i in range(bisect.bisect_right(resumed_at, t + _SAME) - 1, -1, -1):
+        w = waits[i]
+        if id(w) not in used and w["start"] < t:
+            return w
+    return None
+
+
+def _calls_by_rank(trace: Trace) -> dict[int, tuple]:
+    """Per rank: its calls (in start order), when each stopped holding the rank, and the longest."""
+    stops = busy_until(trace.events)
+    found = {}
+    for rank in trace.ranks:
+        mine = trace.events["rank"] == rank
+        events, until = trace.events[mine], stops[mine]
+        found[rank] = (events, until, float((until - events["start"]).max()) if len(events) else 0.0)
+    return found
+
+
+def _steps_on(calls: tuple, rank: int, start: float, end: float) -> list[Step]:
     """``[start, end]`` of one rank cut into its MPI calls and the computing between them."""
-    events = trace.events[trace.events["rank"] == rank]
-    stops = busy_until(events)
-    inside = (stops > start) & (events["start"] < end)
+    events, stops, longest = calls
+    # Only calls that began in [start - longest call, end) can overlap the window.
+    lo, hi = np.searchsorted(events["start"], [start - longest - _SAME, end])
     steps: list[Step] = []
     t = start
-    for i in np.nonzero(inside)[0]:
+    for i in range(lo, hi):
+        if stops[i] <= start:
+            continue
         call_start, call_end = max(float(events["start"][i]), start), min(float(stops[i]), end)
         if call_end <= t:
             continue  # within a call already on the path (sendrecv's two halves)
@@ -139,8 +164,8 @@ def _steps_on(trace: Trace, rank: int, start: float, end: float) -> list[Step]:
         steps.append(_step(rank, max(call_start, t), call_end, str(events["op"][i]), events[i]))
         t = call_end
     if end > t + _SAME:
-        later = np.nonzero(events["start"] >= end - _SAME)[0]
-        steps.append(_step(rank, t, end, "computing", events[later[0]] if len(later) else None))
+        later = int(np.searchsorted(events["start"], end - _SAME))
+        steps.append(_step(rank, t, end, "computing", events[later] if later < len(events) else None))
     return steps
 
 
