@@ -90,7 +90,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
         pending.wait(INTERRUPT_GRACE)
     pending.wait_for_output(0.5 if pending.ready() else 0)
     tracker.poll(on_output)
-    if pending.ready():
+    if pending.ready() and on_output is not None:
         tracker.final_progress(pending.replies(), on_output)
     outcome.diagnosis = watch.diagnosis
     outcome.elapsed = time.perf_counter() - started

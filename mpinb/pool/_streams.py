@@ -49,10 +49,9 @@ class StreamTracker:
         published = [{k: v for k, v in (data or {}).items() if k.startswith(PROGRESS_KEY)} for data in self._ar.data]
         self._report_progress(published, callback)
 
-    def final_progress(self, replies: list, callback: OutputCallback | None) -> None:
+    def final_progress(self, replies: list, callback: OutputCallback) -> None:
         """The loops' last states from the replies: a status message can arrive after its reply."""
-        if callback is not None:
-            self._report_progress([r.get("progress", {}) if isinstance(r, dict) else {} for r in replies], callback)
+        self._report_progress([r.get("progress", {}) if isinstance(r, dict) else {} for r in replies], callback)
 
     def _report_progress(self, per_rank: list[dict], callback: OutputCallback) -> None:
         moved: dict[str, dict[int, object]] = {}

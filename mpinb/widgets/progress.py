@@ -46,6 +46,7 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
     def update(self, states: dict[int, dict]) -> None:
         """Take the ranks' latest states (see :class:`mpinb._protocol.Progress`)."""
         counts, elapsed, done, ended = list(self.counts), list(self.elapsed), list(self.done), list(self.ended)
+        desc, total = self.desc, self.total
         for rank, state in states.items():
             i = self._index.get(rank)
             if i is None:
@@ -53,10 +54,9 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
             self._seen.add(rank)
             counts[i], elapsed[i] = int(state["n"]), float(state["elapsed"])
             done[i], ended[i] = bool(state["done"]), bool(state.get("ended", state["done"]))
-            if state.get("desc"):
-                self.desc = state["desc"]
-            self.total = state.get("total")
-        with self.hold_sync():
+            desc, total = state.get("desc") or desc, state.get("total")
+        with self.hold_sync():  # one message to the browser per update
+            self.desc, self.total = desc, total
             self.counts, self.elapsed, self.done, self.ended = counts, elapsed, done, ended
             self.lagging = self._lagging()
             self.line = self.text_line()

@@ -183,17 +183,24 @@ function drawCalls(g, frame, data) {
 
 function drawCollectives(g, frame, data) {
   // One frame across the lanes of the ranks that took part (of those shown).
-  const { coll, lane, ranks } = data, ops = data.opFilter, comms = data.commFilter;
+  const { coll, ranks } = data, ops = data.opFilter, comms = data.commFilter;
   g.strokeStyle = "rgba(242,142,43,0.9)";
   for (let k = 0; k < coll.low.length; k++) {
     if ((ops >= 0 && coll.op[k] !== ops) || (comms >= 0 && coll.comm[k] !== comms)) continue;
     const x0 = frame.xOf(coll.start[k]), x1 = frame.xOf(coll.end[k]);
     if (x1 < LEFT || x0 > frame.width) continue;
-    const inside = ranks.filter((r) => r >= coll.low[k] && r <= coll.high[k]);
-    if (!inside.length) continue;
-    const y0 = frame.yOf(lane.get(inside[0])) + 1, y1 = frame.yOf(lane.get(inside[inside.length - 1])) + frame.laneH - 1;
+    const first = firstLane(ranks, coll.low[k]), last = firstLane(ranks, coll.high[k] + 1) - 1;  // shown members
+    if (first > last) continue;
+    const y0 = frame.yOf(first) + 1, y1 = frame.yOf(last) + frame.laneH - 1;
     g.strokeRect(x0, y0, Math.max(x1 - x0, 1), y1 - y0);
   }
+}
+
+// The first lane (index into the sorted shown ranks) whose rank is at least ``rank``.
+function firstLane(ranks, rank) {
+  let lo = 0, hi = ranks.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (ranks[mid] < rank) lo = mid + 1; else hi = mid; }
+  return lo;
 }
 
 function arrowHead(g, x0, y0, x1, y1, filled) {
