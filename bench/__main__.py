@@ -25,7 +25,7 @@ from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
 from .peer import stop_ipyparallel
 from .progress import progress_rows
-from .render import first_paint, record_trace
+from .render import first_paint, record_trace, view_build_ms
 from .scale import data_rows, scale_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     rows += scale_rows()
     rows += data_rows()
     rows += progress_rows()
-    paint = first_paint(record_trace())
+    trace = record_trace()
+    build_ms = view_build_ms(trace)  # first: the trace caches its waits and path once computed
+    rows.append(("space-time view of 100,000 calls, built in the notebook (ms)",
+                 build_ms, "target", 1000.0, 1000.0 / build_ms))
+    paint = first_paint(trace)
     rows.append(("space-time view of 100,000 calls, first paint (ms)",
                  paint["ms"], "target", 1000.0, 1000.0 / paint["ms"]))
 

@@ -558,3 +558,21 @@ def test_a_deadlock_and_a_failed_run_are_told_in_chinese(automatic_language):
         assert str(RankError(result)) == "rank 1 引发了 ValueError: bad (line 3)；rank 0 正常结束"
     finally:
         automatic_language.set_language(None)
+
+
+def test_the_critical_path_of_a_long_ping_pong_alternates_through_every_wait():
+    events = {0: [], 1: []}
+    t = 0.0
+    for _ in range(300):  # each receive waits 1 ms for its sender
+        events[0].append(_event("send", SEND, 1, 0, t + 0.001, t + 0.0011))
+        events[1].append(_event("recv", RECV, 0, 0, t, t + 0.0012))
+        t += 0.002
+        events[1].append(_event("send", SEND, 0, 1, t + 0.001, t + 0.0011))
+        events[0].append(_event("recv", RECV, 1, 1, t, t + 0.0012))
+        t += 0.002
+    trace = _trace(events, ended={0: t, 1: t})
+    assert len(trace.waits()) == 600
+    path = trace.critical_path()
+    assert path.ranks() == [0, 1] * 300 + [0], "each message hands the path to the other rank"
+    assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(path.steps, path.steps[1:]))
+    assert sum(path.by_rank().values()) == pytest.approx(path.wall), "no gap: the path spans the run"
