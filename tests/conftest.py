@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 
 import psutil
@@ -14,6 +16,10 @@ from mpinb.notebook import _session as session
 # What mpinb says follows the locale; tests read its English (the Chinese has tests of its own),
 # and kernels, ranks and servers the tests start inherit this.
 os.environ["MPINB_LANGUAGE"] = "en"
+# A background job of a non-interactive shell (how CI systems and `nohup` start commands) runs with
+# SIGINT ignored, and so does everything it starts: then _thread.interrupt_main(), the tests' stop
+# button, does nothing at all. A notebook's kernel always handles SIGINT; so does the test process.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
                 "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
@@ -62,10 +68,39 @@ def no_process_outlives_the_tests():
     before = {p.pid for p in pool_processes()}
     yield
     session.stop_pool()
+    # (a value of the ranks' mpinb.rank or mpi4py objects unpickled here would start MPI in the
+    # notebook's process: the test process is a notebook's)
+    assert "mpi4py.MPI" not in sys.modules, "a test made the test process import mpi4py.MPI"
     left = wait_until_gone(ignore=before)
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )
+
+
+@pytest.fixture(autouse=True)
+def shared_pools_stay_usable(request):
+    """A shared pool that a test leaves unusable fails that test and is restarted for the next,
+    so that one failure stays one failure instead of the first of many timeouts."""
+    yield
+    for name, value in list(request.node.funcargs.items()):
+        if isinstance(value, mpinb.Pool) and name != "existing_pools":
+            problem = _unusable(value)
+            if problem:
+                value.restart()
+                pytest.fail(f"the test left its shared pool ({name}) unusable ({problem}); it was restarted "
+                            "for the next test", pytrace=False)
+
+
+def _unusable(pool: mpinb.Pool) -> str | None:
+    """Why ``pool`` cannot run a collective on every rank now, or None."""
+    if not pool.running:
+        return "stopped"
+    try:
+        values = pool.run("comm.allreduce(1)", timeout=30, trace=False).value
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    expected = {rank: pool.size for rank in range(pool.size)}
+    return None if values == expected else f"allreduce gave {values}"
 
 
 @pytest.fixture(scope="session", params=[1, 4], ids=["1-rank", "4-ranks"])
