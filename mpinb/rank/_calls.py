@@ -125,13 +125,14 @@ def _first(value) -> bool:
 
 
 @contextmanager
-def _abandoned_if_broken(*requests) -> Iterator[None]:
-    """Requests still pending when the block is broken off (an interrupt) are abandoned."""
+def _abandoned_if_broken(*requests, cancel: bool = False) -> Iterator[None]:
+    """Requests still pending when the block is broken off (an interrupt) are abandoned
+    (``cancel`` for receives: see ``_waiting.abandon``)."""
     try:
         yield
     except BaseException:
         for request in requests:
-            _abandon(request)
+            _abandon(request, cancel)
         raise
 
 

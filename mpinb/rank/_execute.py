@@ -15,10 +15,12 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from .. import _progress
 from .._protocol import Failure, Limits, Reply
@@ -74,15 +76,41 @@ def _ends_quietly(source: str) -> bool:
 
 
 _running_user_code = False
+_PACKAGE = os.path.dirname(_HERE) + os.sep  # mpinb's own code, on the ranks and shared
+_redelivery: threading.Timer | None = None
+REDELIVER_AFTER = 0.002
 
 
-def _interrupt(signum: int, frame: object) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT (the notebook's stop button, or the pool releasing ranks) interrupts user code
     only. One that arrives as a run ends must not break mpinb's own clean-up, which puts
-    mpi4py's objects back after an untraced run and restores the output streams."""
+    mpi4py's objects back after an untraced run and restores the output streams.
+
+    Inside mpinb's own code a KeyboardInterrupt could fall between posting a nonblocking MPI call
+    and keeping its request (MPI would then use a freed buffer), so there the interrupt is held
+    and delivered again a moment later; in mpinb's polled waits, which abandon their requests
+    safely, it raises at once."""
     _waiting.interrupts += 1
-    if _running_user_code:
-        raise KeyboardInterrupt
+    if not _running_user_code:
+        return
+    if frame is not None and frame.f_code.co_filename.startswith(_PACKAGE) and frame.f_code is not _WAIT_CODE:
+        _deliver_again_soon()
+        return
+    raise KeyboardInterrupt
+
+
+_WAIT_CODE = _waiting.wait.__code__
+
+
+def _deliver_again_soon() -> None:
+    global _redelivery
+    if _redelivery is not None and _redelivery.is_alive():
+        return
+    main = threading.main_thread().ident
+    assert main is not None
+    _redelivery = threading.Timer(REDELIVER_AFTER, signal.pthread_kill, (main, signal.SIGINT))
+    _redelivery.daemon = True
+    _redelivery.start()
 
 
 def install_interrupt_handler() -> None:
@@ -105,6 +133,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
             _running_user_code = True
             try:
                 value = body()
+                # the value's __repr__ and its pickling are user code too: interruptible
+                packed = pack(value) if value is not None else None
             finally:
                 _running_user_code = False
         except SystemExit as exc:
@@ -117,8 +147,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
                 RECORDER.add_unfinished(failure["waiting"])
             _waiting.clear()
         else:
-            if value is not None:
-                record["value"], record["repr"], record["why"] = pack(value)
+            if packed is not None:
+                record["value"], record["repr"], record["why"] = packed
                 record["has_value"] = True
         _show_figures()
     record["trace"] = traced["trace"]

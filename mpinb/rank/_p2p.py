@@ -96,7 +96,7 @@ def _recv(name: str, lowercase: bool):
         else:
             request = _Intracomm.Irecv(self, buf, source, tag)
             if not request.Test(status):
-                _poll_request(request, status, describe)
+                _poll_request(request, status, describe, cancel=True)
             result = None
         if rec.on:
             end = _now()
@@ -226,7 +226,7 @@ def _exchange_buffers(call: _Pair, status_at: int) -> tuple[None, int]:
     sending = _Intracomm.Isend(call.comm, sendbuf, call.dest, call.tag)
     sent = _nbytes(sendbuf)
     both, statuses = [receiving, sending], [call.status, MPI.Status()]
-    with _abandoned_if_broken(*both):
+    with _abandoned_if_broken(receiving, cancel=True), _abandoned_if_broken(sending):
         _poll(lambda: _Request.Testall(both, statuses), call.describe("recv", sent))
     return None, sent
 

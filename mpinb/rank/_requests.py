@@ -80,7 +80,9 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
         start, where, traced = _now(), _where(), _traced(self)
-        _poll_request(self, mine, (self._describe, (where,)))  # its Test() may end the event
+        what = getattr(self, "_what", None)  # a plain request (an untraced call's) has none
+        receive = what is not None and what[1] == RECV
+        _poll_request(self, mine, (self._describe, (where,)), cancel=receive)  # its Test() may end the event
         self._finished("Wait", start, mine, where, traced)
         return True
 

@@ -79,14 +79,15 @@ def wait(test, describe) -> None:
         publish(None)
 
 
-def wait_request(request, status, describe) -> None:
+def wait_request(request, status, describe, cancel: bool = False) -> None:
     """Complete ``request`` (an mpi4py Request) without blocking inside MPI.
 
-    If the wait is broken off (an interrupt), the request is abandoned (see :func:`abandon`)."""
+    If the wait is broken off (an interrupt), the request is abandoned (see :func:`abandon`);
+    ``cancel`` for a receive."""
     try:
         wait(lambda: request.Test(status), describe)
     except BaseException:
-        abandon(request)
+        abandon(request, cancel)
         raise
 
 
@@ -95,16 +96,21 @@ def wait_request(request, status, describe) -> None:
 _abandoned: list = []
 
 
-def abandon(request) -> None:
-    """Cancel a request whose wait was broken off (a receive withdrawn from matching cannot take
-    a later message); one that cannot be cancelled keeps its buffers alive."""
+def abandon(request, cancel: bool = False) -> None:
+    """A request whose wait was broken off: one still pending keeps its buffers alive for good.
+
+    A receive is cancelled (``cancel``): withdrawn from matching, it cannot take a later message.
+    Sends are not: MPI 4.0 deprecated cancelling them, MPICH rarely can, and with the mpich
+    wheel's UCX layer ``MPI_Cancel`` of a large pending send crashed the rank (seen here)."""
     if not request:  # completed after all
         return
-    try:
-        request.Cancel()
-        done = request.Test()
-    except Exception:  # noqa: BLE001 - some requests cannot be cancelled (collectives, most sends)
-        done = False
+    done = False
+    if cancel:
+        try:
+            request.Cancel()
+            done = request.Test()
+        except Exception:  # noqa: BLE001 - a request that cannot be cancelled stays pending
+            done = False
     if not done:
         _abandoned.append(request)
 
