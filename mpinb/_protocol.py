@@ -23,6 +23,11 @@ WAIT_KEY = "mpinb_wait"
 # The key under which a rank of a relayed run says that its part is over (see mpinb.rank._relay).
 DONE_KEY = "mpinb_done"
 
+# The environment variable naming the folder where each rank writes its Python stack when it gets
+# STACK_SIGNAL (see mpinb.rank._recovery): read when a rank does not return from a call.
+STACKS_ENVIRONMENT = "MPINB_STACKS"
+STACK_SIGNAL = "SIGUSR2"
+
 # The key prefix under which a rank publishes the state of one progress bar ("mpinb_progress:0").
 PROGRESS_KEY = "mpinb_progress"
 
@@ -113,6 +118,15 @@ class Done(TypedDict):
     before the whole run's reply: it failed, it wrote output, or the others are still busy."""
 
     error: bool
+
+
+class Settled(TypedDict):
+    """A rank's answer, once idle, after an aborted run: what the pool needs to know to agree on a
+    fresh world with every rank (see :mod:`mpinb.pool._recover`)."""
+
+    generation: int  # the fresh worlds this rank has moved to
+    own_started: int  # mpinb's own collectives started and completed on its copy of the world
+    own_completed: int
 
 
 class Hello(TypedDict):

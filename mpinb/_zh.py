@@ -196,10 +196,23 @@ ZH: dict[str, str] = {
     "the run was interrupted; the ranks were sent an interrupt.": "运行被中断；已向各 rank 发送中断信号。",
     "the run did not finish within {timeout} s; the ranks were sent an interrupt.":
         "运行未能在 {timeout} 秒内完成；已向各 rank 发送中断信号。",
-    "{ranks} did not stop within {grace} s (blocked inside MPI outside mpinb's reach?): the pool stays "
-    "busy until they return; `%mpi restart` (Pool.restart()) starts afresh.":
-        "{ranks} 未能在 {grace} 秒内停下（阻塞在 mpinb 够不到的 MPI 调用里？）：在它们返回之前进程池"
-        "一直处于忙碌状态；`%mpi restart`（Pool.restart()）可以重新开始。",
+    "{stuck} did not stop within {seconds} s of the interrupt: an interrupt cannot break off such a call "
+    "(a blocking MPI call that mpinb does not trace, or a long C function)":
+        "{stuck} 在收到中断信号后 {seconds} 秒内仍未停下：中断无法打断这样的调用（mpinb 不跟踪的阻塞式 "
+        "MPI 调用，或耗时很长的 C 函数）",
+    "{ranks} ({place})": "{ranks}（{place}）",
+    "its stack could not be read": "无法读取其调用栈",
+    "in {function} of {file}": "位于 {file} 的 {function} 中",
+    "in `{code}`, line {line}": "位于 `{code}`，第 {line} 行",
+    "at line {line}": "位于第 {line} 行",
+    ", inside {function} of {file}": "，在 {file} 的 {function} 内部",
+    "the ranks could not make a fresh MPI world after the aborted run ({why})":
+        "运行中止后，各 rank 无法一起建立新的 MPI 通信域（{why}）",
+    "{why}, so the pool was restarted with {n} fresh ranks: every rank's variables are lost; the pool's "
+    "settings are kept.":
+        "{why}，因此进程池已用 {n} 个新的 rank 重新启动：各 rank 的变量全部丢失；进程池的设置保持不变。",
+    "{why}. The pool could not start again ({error}); `%mpi restart` (Pool.restart()) tries again.":
+        "{why}。进程池无法再次启动（{error}）；`%mpi restart`（Pool.restart()）会再试一次。",
     "{ranks} raised {error}": "{ranks} 引发了 {error}",
     "waiting in {wait}": "正在等待 {wait}",
     "stopped (not waiting in MPI)": "已停止（不在 MPI 中等待）",

@@ -68,13 +68,16 @@ class RankError(RuntimeError):
         fine = [r for r in self.result.ranks if r not in self.failures]
         if fine:
             lines.append(say("{ranks} finished without error", ranks=format_ranks(fine, word=True)))
-        return say("; ").join(lines)
+        summary = say("; ").join(lines)
+        return f"{summary}. {self.result.restarted}" if self.result.restarted else summary
 
     def render(self) -> str:
         """Every distinct traceback once, under the ranks that raised it."""
         parts = []
         for ranks, failure in self.groups():
             parts.append(f"[{format_ranks(ranks, word=True)}] {failure.traceback.rstrip()}")
+        if self.result.restarted:
+            parts.append(self.result.restarted)
         return "\n\n".join(parts)
 
     def _render_traceback_(self) -> list[str]:

@@ -71,6 +71,13 @@ class LaunchSettings:
         return 60.0 + max(beyond, 0)
 
     @property
+    def default_stop_timeout(self) -> float:
+        """How long ranks get to stop after an interrupt before they count as stuck: 5 s, and
+        0.05 s more for each rank beyond one per core (each needs the CPU to answer)."""
+        beyond = self.n - (os.cpu_count() or 1) if self.on_this_host else 0
+        return 5.0 + 0.05 * max(beyond, 0)
+
+    @property
     def polite(self) -> bool:
         """Whether ranks waiting in MPI yield their core instead of spinning.
 

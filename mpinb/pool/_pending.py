@@ -103,7 +103,8 @@ class Relayed(_Sent):
     def __init__(self, supervisor: Any, call_name: str, args: tuple, ranks: list[int]):
         self.client = client = supervisor.client
         self.ranks = ranks
-        self.request = client[supervisor.engine_of[0]].apply_async(_rank.relay, call_name, args, ranks)
+        self.cell = supervisor.last_relayed = next(supervisor.relayed_runs)
+        self.request = client[supervisor.engine_of[0]].apply_async(_rank.relay, call_name, args, ranks, self.cell)
         leader = self.request.msg_ids[0]
         self.msg_ids = [leader if rank == 0 else f"{leader}/{rank}" for rank in ranks]
         # Rank 0's entry is the request's own (ipyparallel drops it from client.metadata once the

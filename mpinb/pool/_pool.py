@@ -10,6 +10,8 @@ import atexit
 import itertools
 import os
 import socket
+import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -17,13 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from .. import rank as _rank
+from .._language import say
 from .._protocol import Limits
-from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
+from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
-from . import _data
+from . import _data, _stacks
 from ._launch import LaunchSettings
+from ._pending import Direct, Relayed
+from ._recover import Recovery, recover
 from ._result import RunResult
-from ._run import collect, follow, stopped_error
+from ._run import Outcome, collect, follow, stopped_error
 from ._streams import OutputCallback
 from ._supervisor import Supervisor
 
@@ -31,7 +36,6 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike
 
-RESET_TIMEOUT = 10.0
 MIN_TRACE_SHARE = 1_000  # calls per rank that a run may record, however many ranks it has
 _cell_numbers = itertools.count(1)
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
@@ -64,6 +68,7 @@ class Pool:
         trace_budget: int = 1_000_000,
         controller_ip: str | None = None,
         launcher_options: Mapping[str, object] | None = None,
+        stop_timeout: float | None = None,
     ):
         n = default_size() if n is None else rank_count(n)
         if isinstance(mpiexec_args, str):
@@ -83,8 +88,13 @@ class Pool:
         self.trace_capacity = trace_capacity  # MPI calls one rank records in one run, at most
         self.trace_budget = trace_budget  # and all ranks of a run together (see _limits)
         self.controller_ip = controller_ip
+        # After an interrupt or a timeout, how long ranks get to stop before the pool takes them
+        # as stuck (inside a call that ignores interrupts) and starts fresh processes.
+        self.stop_timeout = stop_timeout
         self.last_result: RunResult | None = None
         self._supervisor: Supervisor | None = None
+        self._generation = 0  # the fresh worlds the ranks have moved to since they started
+        self._settled = True  # every rank idle in the same world; False while a run is out
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -99,6 +109,7 @@ class Pool:
             "trace_capacity": self.trace_capacity, "trace_budget": self.trace_budget,
             "controller_ip": self.controller_ip,
             "launcher_options": dict(settings.launcher_options),
+            "stop_timeout": self.stop_timeout,
         }
 
     @property
@@ -129,6 +140,7 @@ class Pool:
         supervisor = Supervisor(self.settings, start_timeout, self.controller_ip)
         supervisor.start()
         self._supervisor = supervisor
+        self._generation, self._settled = 0, True
         _live_pools.add(self)
         return self
 
@@ -221,45 +233,90 @@ class Pool:
 
     def _execute(self, call: Callable, args: tuple, targets: Targets, timeout: float | None,
                  on_output: OutputCallback | None, check: bool) -> RunResult:
-        supervisor = self._running()
+        supervisor = self._ready()
         ranks = self.ranks(targets)
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        self._settled = False  # until the run is over and, if it was aborted, the ranks recovered
         outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
         if outcome.stopped == "died":
             outcome.pending.forget()
             raise self._after_death(supervisor, outcome.dead)
         result = self.last_result = collect(outcome, self.size)
         outcome.pending.forget()
-        if outcome.stopped or outcome.released:
-            self._fresh_world()
+        if outcome.aborted:
+            sources = {args[1]: args[0]} if call is _rank.run_cell else {}
+            result.restarted = self._recover(supervisor, outcome, sources)
+        self._settled = True
+        if outcome.raised is not None:
+            raise outcome.raised
         if outcome.stopped:
-            raise stopped_error(outcome, timeout)
+            raise stopped_error(outcome, timeout, result.restarted)
         if check:
             result.raise_for_errors()
         return result
 
-    def _fresh_world(self) -> None:
-        """After an aborted run, every rank moves to a new world so that no message the run left
-        in flight can reach a later receive."""
-        try:
-            self._running().client[:].apply_async(_rank.reset).get(timeout=RESET_TIMEOUT)
-        except Exception as err:  # noqa: BLE001 - say what happened; the pool may need a restart
-            raise PoolError(
-                "the ranks could not start a fresh MPI world after the aborted run "
-                f"({type(err).__name__}: {err}); run `%mpi restart` (Pool.restart())"
-            ) from None
+    def _ready(self) -> Supervisor:
+        """The running supervisor, with every rank idle in the same world. A run whose end the
+        notebook did not see (interrupted while it cleaned up) is recovered from first."""
+        supervisor = self._running()
+        if not self._settled:
+            supervisor.interrupt(list(range(self.size)))  # ranks that are idle only count it
+            note = self._recover(supervisor, None, {})
+            self._settled = True
+            if note:
+                warnings.warn(note, RuntimeWarning, stacklevel=3)
+        return self._running()
 
-    def _after_death(self, supervisor: Supervisor, dead: list[int]) -> RankDiedError:
-        """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
-        what = supervisor.why_dead(dead)
+    def _recover(self, supervisor: Supervisor, outcome: Outcome | None, sources: dict[str, str]) -> str | None:
+        """Bring every rank to a fresh world after an aborted run (see :mod:`._recover`); if they
+        cannot get there, start fresh processes. ``None``, or the sentence that says the pool was
+        restarted, why, and what was lost."""
+        if outcome is None:  # not known: every rank may still be busy
+            waiting, unstarted, interrupted_at = list(range(self.size)), {}, time.monotonic()
+        else:
+            waiting = outcome.unanswered()
+            unstarted = _requests_of(outcome, waiting)
+            interrupted_at = outcome.interrupted_at or time.monotonic()
+        stop_timeout = self.stop_timeout or self.settings.default_stop_timeout
+        recovery = recover(supervisor, self._generation, waiting, unstarted, supervisor.last_relayed,
+                           interrupted_at, stop_timeout)
+        if recovery.generation is not None:
+            self._generation = recovery.generation
+            return None
+        return self._restart_because(self._why_not_recovered(supervisor, recovery, sources, stop_timeout))
+
+    def _why_not_recovered(self, supervisor: Supervisor, recovery: Recovery, sources: dict[str, str],
+                           stop_timeout: float) -> str:
+        if recovery.dead:
+            return supervisor.why_dead(recovery.dead)
+        if recovery.stuck:
+            stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks)
+                      if supervisor.stacks_folder else {rank: None for rank in recovery.stuck})
+            places: dict[str, list[int]] = {}
+            for rank in recovery.stuck:
+                places.setdefault(_stacks.where(stacks[rank], sources), []).append(rank)
+            said = say("; ").join(say("{ranks} ({place})", ranks=format_ranks(ranks, word=True), place=place)
+                                  for place, ranks in places.items())
+            return say("{stuck} did not stop within {seconds} s of the interrupt: an interrupt cannot break off "
+                       "such a call (a blocking MPI call that mpinb does not trace, or a long C function)",
+                       stuck=said, seconds=f"{stop_timeout:g}")
+        return say("the ranks could not make a fresh MPI world after the aborted run ({why})",
+                   why=recovery.failure)
+
+    def _restart_because(self, why: str) -> str:
+        """Start fresh processes; the sentence that says so (why, what was lost, what was kept)."""
         try:
             self.restart()
         except PoolStartError as err:  # a batch job may wait for nodes, a host may still be down
-            return RankDiedError(f"{what}. The pool could not start again ({err}); `%mpi restart` "
-                                 "(Pool.restart()) tries again.")
-        return RankDiedError(f"{what}, so the pool was restarted with {self.size} fresh ranks: every rank's "
-                             "variables are lost.")
+            return say("{why}. The pool could not start again ({error}); `%mpi restart` (Pool.restart()) "
+                       "tries again.", why=why, error=err)
+        return say("{why}, so the pool was restarted with {n} fresh ranks: every rank's variables are lost; "
+                   "the pool's settings are kept.", why=why, n=self.size)
+
+    def _after_death(self, supervisor: Supervisor, dead: list[int]) -> RankDiedError:
+        """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
+        return RankDiedError(self._restart_because(supervisor.why_dead(dead)))
 
     def _running(self) -> Supervisor:
         if self._supervisor is None:
@@ -270,19 +327,19 @@ class Pool:
 
     def push(self, namespace: Mapping[str, object], targets: Targets = None) -> None:
         """Copy ``{name: value}`` into the namespace of every (targeted) rank."""
-        _data.push(self._running(), namespace, self.ranks(targets))
+        _data.push(self._ready(), namespace, self.ranks(targets))
 
     def pull(self, name: str, targets: Targets = None) -> list[Any]:
         """The value of ``name`` on each (targeted) rank, in rank order."""
-        return _data.pull(self._running(), name, self.ranks(targets))
+        return _data.pull(self._ready(), name, self.ranks(targets))
 
     def scatter(self, name: str, array: ArrayLike, targets: Targets = None) -> None:
         """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``."""
-        _data.scatter(self._running(), name, array, self.ranks(targets))
+        _data.scatter(self._ready(), name, array, self.ranks(targets))
 
     def gather(self, name: str, targets: Targets = None) -> np.ndarray:
         """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`)."""
-        return _data.gather(self._running(), name, self.ranks(targets))
+        return _data.gather(self._ready(), name, self.ranks(targets))
 
     # -- status -------------------------------------------------------------------------------
 
@@ -293,7 +350,7 @@ class Pool:
         on the ranks. Raises ``TimeoutError`` if the rank does not answer within ``timeout`` s
         (it is busy running a cell).
         """
-        supervisor = self._running()
+        supervisor = self._ready()
         (rank,) = self.ranks([rank])
         return supervisor.client[supervisor.engine_of[rank]].apply_async(function, *args).get(timeout=timeout)
 
@@ -323,6 +380,17 @@ class Pool:
                     row["state"] = "dead"
             rows.append(row)
         return rows
+
+
+def _requests_of(outcome: Outcome, ranks: list[int]) -> dict[int, str]:
+    """The aborted run's requests to ``ranks`` that a rank may not have started yet (ipyparallel
+    can still withdraw those): one per rank when sent directly; rank 0's when relayed."""
+    pending = outcome.pending
+    if isinstance(pending, Direct):
+        return {rank: msg_id for rank, msg_id in zip(outcome.ranks, pending.msg_ids) if rank in ranks}
+    if isinstance(pending, Relayed) and not pending.ready():
+        return {0: pending.request.msg_ids[0]}
+    return {}
 
 
 def default_size() -> int:

@@ -49,6 +49,7 @@ class RunResult:
     trace: Trace | None = None
     released: list[int] = field(default_factory=list)  # ranks interrupted because another failed
     stopped: str | None = None  # "timeout" or "interrupt" when the run was stopped, else None
+    restarted: str | None = None  # why the pool had to start fresh processes after this run, if it did
 
     @property
     def ok(self) -> bool:

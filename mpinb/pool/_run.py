@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from .._language import say
 from .._protocol import Reply
-from .._ranges import format_ranks
 from .._values import unpack
 from ..errors import DeadlockError, MPIHangError
 from ..trace import Trace
@@ -37,6 +36,17 @@ class Outcome:
     released: list[int] = field(default_factory=list)  # interrupted because another rank failed
     dead: list[int] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
+    interrupted_at: float | None = None  # time.monotonic() when mpinb first interrupted ranks
+    raised: BaseException | None = None  # what broke the wait in the notebook, other than an interrupt
+
+    @property
+    def aborted(self) -> bool:
+        """Whether ranks were interrupted: they need a fresh world before the next run."""
+        return self.interrupted_at is not None
+
+    def unanswered(self) -> list[int]:
+        """The ranks of the run that have not replied (still busy, or their reply was dropped)."""
+        return [rank for rank, over in zip(self.ranks, self.pending.finished()) if not over]
 
 
 def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, ranks: list[int],
@@ -74,18 +84,23 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
                 # mpi4py's own runner aborts every rank when one fails; we interrupt the rest
                 # (they are usually waiting for the failed one) and keep the pool.
                 outcome.released = [r for r, over in zip(ranks, done) if not over]
+                outcome.interrupted_at = time.monotonic()
                 supervisor.interrupt(outcome.released)
             if deadline is not None and time.monotonic() > deadline:
                 outcome.stopped = "timeout"
                 break
     except KeyboardInterrupt:
         outcome.stopped = "interrupt"
+    except BaseException as err:  # noqa: BLE001 - whatever breaks the wait (an output callback's error,
+        # a test's timeout) stops the ranks first, so that the pool stays usable; raised again later
+        outcome.stopped, outcome.raised = "interrupt", err
     if not outcome.stopped and supervisor.unregistered(ranks):
         # A rank's engine was lost (its nanny told the controller) and ipyparallel failed its
         # request, which ends the wait before the death was seen by a check above.
         outcome.dead, outcome.stopped = supervisor.unregistered(ranks), "died"
         return outcome
     if outcome.stopped:
+        outcome.interrupted_at = time.monotonic()
         supervisor.interrupt(ranks)
         pending.wait(INTERRUPT_GRACE)
     pending.wait_for_output(0.5 if pending.ready() else 0)
@@ -97,19 +112,16 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     return outcome
 
 
-def stopped_error(outcome: Outcome, timeout: float | None) -> BaseException:
-    """The exception for a run that was interrupted or timed out, with the hang's diagnosis."""
+def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None = None) -> BaseException:
+    """The exception for a run that was interrupted or timed out, with the hang's diagnosis and,
+    when the ranks could not be stopped, the sentence that says the pool was restarted."""
     if outcome.stopped == "interrupt":
         text = say("the run was interrupted; the ranks were sent an interrupt.")
     else:
         text = say("the run did not finish within {timeout} s; the ranks were sent an interrupt.",
                    timeout=f"{timeout:g}")
-    busy = [r for r, over in zip(outcome.ranks, outcome.pending.finished()) if not over]
-    if busy:
-        text += " " + say(
-            "{ranks} did not stop within {grace} s (blocked inside MPI outside mpinb's reach?): the pool stays "
-            "busy until they return; `%mpi restart` (Pool.restart()) starts afresh.",
-            ranks=format_ranks(busy, word=True), grace=f"{INTERRUPT_GRACE:g}")
+    if restarted:
+        text += " " + restarted
     diagnosis = outcome.diagnosis
     if diagnosis is not None:
         hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis)

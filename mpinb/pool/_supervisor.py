@@ -7,7 +7,9 @@ engine is which rank, where each rank runs, and how to tell why a start-up or a 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from typing import Any
 import psutil
 
 from .. import rank as _rank
-from .._protocol import DEATHWATCH_ENVIRONMENT, Hello
+from .._protocol import DEATHWATCH_ENVIRONMENT, STACK_SIGNAL, STACKS_ENVIRONMENT, Hello
 from .._ranges import format_ranks
 from ..errors import PoolStartError
 from . import _slurm
@@ -71,6 +73,9 @@ class Supervisor:
         self._mpi_segments: set[tuple[str, int]] = set()  # MPI's shared memory of local ranks
         self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
         self._rank0_request: Any = None  # the last run that rank 0 took part in
+        self.relayed_runs = itertools.count(1)  # numbers of relayed runs (see mpinb.rank._relay.relay)
+        self.last_relayed = 0
+        self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -144,6 +149,9 @@ class Supervisor:
             log_level=40,
             **cluster_kw,
         )
+        # In the profile (under $HOME, which a cluster's nodes share), readable by this user only.
+        self.stacks_folder = _private_folder(os.path.join(cluster.profile_dir, "stacks", cluster.cluster_id))
+        environment[STACKS_ENVIRONMENT] = self.stacks_folder
         mpiexec = (find_mpiexec(settings.mpiexec) if settings.local
                    else allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
         if mpiexec:
@@ -381,15 +389,23 @@ class Supervisor:
                 "host or its network failed). MPI cannot continue without them")
 
     def interrupt(self, ranks: list[int]) -> None:
-        """SIGINT to the ranks: directly when on this host, through the engines' nannies elsewhere."""
+        """SIGINT to the ranks (a KeyboardInterrupt in the user code they run)."""
+        self.signal(ranks, signal.SIGINT)
+
+    def ask_for_stacks(self, ranks: list[int]) -> None:
+        """Make the ranks write their stacks (see mpinb.rank._recovery.write_stack_on_request)."""
+        self.signal(ranks, getattr(signal, STACK_SIGNAL))
+
+    def signal(self, ranks: list[int], signum: int) -> None:
+        """A signal to the ranks: directly when on this host, through the engines' nannies elsewhere."""
         if self.settings.on_this_host:
             for rank in ranks:
                 try:
-                    os.kill(self.ranks_info[rank]["pid"], signal.SIGINT)
+                    os.kill(self.ranks_info[rank]["pid"], signum)
                 except ProcessLookupError:
                     pass
         else:
-            self.client.send_signal(signal.SIGINT, targets=self.engines(ranks), block=False)
+            self.client.send_signal(int(signum), targets=self.engines(ranks), block=False)
 
     def engines(self, ranks: list[int]) -> list[int]:
         return [self.engine_of[r] for r in ranks]
@@ -435,6 +451,9 @@ class Supervisor:
         self._processes.clear()
         remove_segments(self._mpi_segments)
         self._mpi_segments = set()
+        if self.stacks_folder is not None:
+            shutil.rmtree(self.stacks_folder, ignore_errors=True)
+            self.stacks_folder = None
         self._release_watchdog()
 
     def _launched_processes(self) -> list[psutil.Process]:
@@ -526,6 +545,13 @@ def _stop_cluster(cluster: Any) -> None:
         pass
     _slurm.wait_until_gone(jobs)
     _remove_leftover_files(cluster)
+
+
+def _private_folder(path: str) -> str:
+    """``path``, made with its parents, readable by this user only (0700)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
 
 
 def _launcher_config_name(launcher: str) -> str:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._protocol import Hello, Limits, Reply
+    from .._protocol import Hello, Limits, Reply, Settled
     from .._shared import SharedArray
 
-__all__ = ["hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "reset", "run_cell", "run_file",
-           "spread", "take"]
+__all__ = ["fresh_world", "hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "run_cell",
+           "run_file", "settle", "spread", "take"]
 
 
 def init() -> None:
@@ -32,11 +32,18 @@ def hello() -> Hello:
     return hello()
 
 
-def reset() -> bool:
-    """A fresh world after an aborted run (see :func:`._setup.reset`)."""
-    from ._setup import reset
+def settle(skip_through: int) -> Settled:
+    """After an aborted run: this rank's state, once it is idle (see :func:`._recovery.settle`)."""
+    from ._recovery import settle
 
-    return reset()
+    return settle(skip_through)
+
+
+def fresh_world(generation: int, timeout: float) -> str | None:
+    """After an aborted run: move to a fresh world with every rank (see :func:`._recovery.fresh_world`)."""
+    from ._recovery import fresh_world
+
+    return fresh_world(generation, timeout)
 
 
 def run_cell(source: str, filename: str, limits: Limits) -> Reply:
@@ -74,11 +81,11 @@ def hub_ready(members: int, timeout: float) -> int:
     return hub_ready(members, timeout)
 
 
-def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None]:
+def relay(call: str, args: tuple, ranks: list[int], cell: int) -> list[Reply | bytes | None]:
     """On rank 0: run ``call`` on ``ranks`` through the relay (see :func:`._relay.relay`)."""
     from ._relay import relay
 
-    return relay(call, args, ranks)
+    return relay(call, args, ranks, cell)
 
 
 def spread(name: str, staged: str) -> None:

@@ -52,10 +52,11 @@ _CALLS_PER_EPOCH = 2**20
 _TAG_SPAN = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30) - 1
 
 
-def new_epoch() -> None:
-    """After an aborted run (every rank calls this): mpinb's traffic starts afresh everywhere."""
+def set_epoch(generation: int) -> None:
+    """After an aborted run (every rank, with the same ``generation``, the pool's count of fresh
+    worlds): mpinb's traffic starts afresh everywhere."""
     global _epoch
-    _epoch += 1
+    _epoch = generation
 
 
 def _agree(comm, name: str, root: int, where) -> None:

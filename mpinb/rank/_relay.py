@@ -16,9 +16,9 @@ to say: printed text, a failure, or a part that ended while the others are still
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
-import itertools
 import pickle
 import socket
 import sys
@@ -42,7 +42,6 @@ _RUNS = ("run_cell", "run_file")
 # How long a relayed rank holds back what it prints (see _HeldOutput); the same moment after which
 # a wait is reported, so that output printed before a hang shows with the hang's diagnosis.
 HOLD_FOR = _waiting.REPORT_AFTER
-_cells = itertools.count(1)
 
 
 def _kernel() -> Any:
@@ -98,11 +97,13 @@ class _Hub:
     def publish(self, kind: bytes, payload: bytes) -> None:
         self.runs.send_multipart([kind, payload, self.signer.sign(kind, payload)])
 
-    def gather(self, cell: int, ranks: set[int], when_slow: Callable[[], None] | None) -> dict[int, bytes]:
-        """The pickled replies of ``ranks`` to run ``cell``; fewer after an interrupt.
+    def gather(self, cell: int, ranks: set[int], when_slow: Callable[[], None] | None,
+               interrupts: int) -> dict[int, bytes]:
+        """The pickled replies of ``ranks`` to run ``cell``; fewer after an interrupt (one that
+        came since ``interrupts`` was the count, rank 0's own part included).
         ``when_slow()`` is called once if this takes longer than a wait takes to be reported."""
         got: dict[int, bytes] = {}
-        began, interrupts = time.monotonic(), _waiting.interrupts
+        began = time.monotonic()
         deadline = None
         while len(got) < len(ranks):
             if when_slow is not None and time.monotonic() - began > _waiting.REPORT_AFTER:
@@ -142,18 +143,28 @@ class _Member:
         self.stream = ZMQStream(runs, _kernel().io_loop)
         self.stream.on_recv(self._on_message)
         self.finished_cell = 0  # the last run that rank 0 declared over
+        self.skip_through = 0  # runs the pool aborted before this rank started them (see skip_runs_through)
+        self._backlog: collections.deque[list[bytes]] = collections.deque()  # read, not yet handled
         self.output = _HeldOutput()
 
     def _on_message(self, frames: list[bytes]) -> None:
+        self._backlog.append(frames)
+        while self._backlog:
+            self._handle(self._backlog.popleft())
+
+    def _handle(self, frames: list[bytes]) -> None:
         body = self.signer.check(frames)
         if body is None:
             return
         kind, payload = body
         if kind == b"over":
-            self.finished_cell = int(payload)
+            self.finished_cell = max(self.finished_cell, int(payload))
             return
         cell, call, args, ranks, header = pickle.loads(payload)
-        if self.rank not in ranks:
+        if self.rank not in ranks or cell <= self.skip_through:
+            return
+        self._read_ahead()
+        if self.finished_cell >= cell:  # rank 0 gave up on this run before this rank read it
             return
         mine = dict(header, msg_id=f"{header['msg_id']}/{self.rank}")
         shell = _kernel().shell
@@ -171,6 +182,21 @@ class _Member:
         encoded = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         header_bytes = f"{cell} {self.rank}".encode()
         self.replies.send_multipart([header_bytes, encoded, self.signer.sign(header_bytes, encoded)])
+
+    def _read_ahead(self) -> None:
+        """Read what rank 0 has published since this run (a busy or starved rank reads late): an
+        "over" for this run means the pool aborted it, and the others have moved on. Runs read
+        here wait in the backlog, in order."""
+        while True:
+            try:
+                frames = self.stream.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            body = self.signer.check(frames)
+            if body is not None and body[0] == b"over":
+                self.finished_cell = max(self.finished_cell, int(body[1]))
+            elif body is not None:
+                self._backlog.append(frames)
 
     def _announce_if_still_running(self, cell: int, parent: dict) -> None:
         if self.finished_cell < cell:
@@ -340,12 +366,20 @@ def hub_ready(members: int, timeout: float) -> int:
     return _hub.wait_for_members(members, timeout)
 
 
-def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None]:
-    """On rank 0, the notebook's one request: run ``call(*args)`` on ``ranks``. Per rank: rank 0's
-    own reply, the others' pickled replies, None for a rank that has not answered (after an
-    interrupt)."""
+def skip_runs_through(cell: int) -> None:
+    """On a rank other than 0: never start runs up to ``cell``. The pool says so after it aborted
+    run ``cell``; a rank that had not read the run yet would otherwise start it late, after the
+    interrupt, and run the user's code while the others move on."""
+    if _member is not None:
+        _member.skip_through = max(_member.skip_through, cell)
+
+
+def relay(call: str, args: tuple, ranks: list[int], cell: int) -> list[Reply | bytes | None]:
+    """On rank 0, the notebook's one request: run ``call(*args)`` on ``ranks`` as run number
+    ``cell`` (the pool numbers its runs). Per rank: rank 0's own reply, the others' pickled
+    replies, None for a rank that has not answered (after an interrupt)."""
     assert _hub is not None
-    cell = next(_cells)
+    interrupts = _waiting.interrupts
     header = dict(_kernel().get_parent()["header"])
     others = set(ranks) - {0}
     _hub.publish(b"run", pickle.dumps((cell, call, args, ranks, header), protocol=pickle.HIGHEST_PROTOCOL))
@@ -356,7 +390,7 @@ def relay(call: str, args: tuple, ranks: list[int]) -> list[Reply | bytes | None
         if not _announce_now(own):
             when_slow = lambda: _announce({"error": False})
     try:
-        gathered = _hub.gather(cell, others, when_slow)
+        gathered = _hub.gather(cell, others, when_slow, interrupts)
     finally:
         _hub.publish(b"over", str(cell).encode())
     return [own if rank == 0 else gathered.get(rank) for rank in ranks]

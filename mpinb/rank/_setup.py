@@ -38,6 +38,9 @@ def _init() -> None:
     from ._deathwatch import report_for_duty
 
     report_for_duty(world.Get_rank())
+    from ._recovery import write_stack_on_request
+
+    write_stack_on_request(world.Get_rank())
     shell = get_ipython()
     namespace = shell.user_ns
     from ._output import count_displays
@@ -50,6 +53,11 @@ def _init() -> None:
     from ._execute import install_interrupt_handler
 
     install_interrupt_handler()
+    # ipykernel puts Python's own handler in place around every request it handles, so that an
+    # interrupt would break mpinb's requests (a fresh world, data moves) half-way on some ranks
+    # only; ours raises in user code only, everywhere.
+    kernel = shell.kernel
+    kernel.pre_handler_hook, kernel.post_handler_hook = install_interrupt_handler, _nothing
     from .. import _progress
     from ._waiting import publish_data
 
@@ -57,14 +65,8 @@ def _init() -> None:
     _ready = True
 
 
-def reset() -> bool:
-    """After an aborted run: a fresh world for user code (collective over all ranks)."""
-    from IPython import get_ipython
-
-    from ._tracing import reset as fresh_world
-
-    fresh_world(get_ipython().user_ns)
-    return True
+def _nothing() -> None:
+    """After a request: our interrupt handler stays."""
 
 
 def _lazy(name: str):

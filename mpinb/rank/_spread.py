@@ -6,11 +6,8 @@ the ranks)."""
 from __future__ import annotations
 
 import pickle
-import time
 
 from mpi4py import MPI
-
-_PAUSE = 0.001  # between tests of a pending broadcast: it waits interruptibly, without spinning
 
 
 def spread(name: str, staged: str) -> None:
@@ -19,24 +16,18 @@ def spread(name: str, staged: str) -> None:
     import numpy as np
     from IPython import get_ipython
 
-    from ._tracing import housekeeping
+    from ._tracing import complete_own, housekeeping
 
     comm = housekeeping()
     namespace = get_ipython().user_ns
     array = np.ascontiguousarray(namespace.pop(staged)) if comm.Get_rank() == 0 else None
     layout = pickle.dumps((np.lib.format.dtype_to_descr(array.dtype), array.shape)) if array is not None else b""
     length = np.array([len(layout)], dtype=np.int64)
-    _completed(comm.Ibcast([length, MPI.INT64_T], root=0))
+    complete_own(comm.Ibcast([length, MPI.INT64_T], root=0))
     received = bytearray(layout) if layout else bytearray(int(length[0]))
-    _completed(comm.Ibcast([received, MPI.BYTE], root=0))
+    complete_own(comm.Ibcast([received, MPI.BYTE], root=0))
     if array is None:
         descr, shape = pickle.loads(received)
         array = np.empty(shape, dtype=np.lib.format.descr_to_dtype(descr))
-    _completed(comm.Ibcast([array.reshape(-1).view("u1"), MPI.BYTE], root=0))
+    complete_own(comm.Ibcast([array.reshape(-1).view("u1"), MPI.BYTE], root=0))
     namespace[name] = array
-
-
-def _completed(request: MPI.Request) -> None:
-    """Wait for ``request`` with short sleeps (an interrupt can break in; idle cores stay idle)."""
-    while not request.Test():
-        time.sleep(_PAUSE)

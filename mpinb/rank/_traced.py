@@ -71,11 +71,14 @@ def _derived(name: str, owner=_Intracomm):
     return _named(method, base)
 
 
-def traced(comm, cid: str | None = None, members: list[int] | None = None, constant: bool = False):
+def traced(comm, cid: str | None = None, members: list[int] | None = None, constant: bool = False,
+           shadow=None):
     """The traced twin of ``comm`` (sharing its handle), registered under id ``cid``.
 
     ``constant`` twins stand for a predefined communicator (the world): ``free()`` leaves them,
-    ``Free()`` fails as it does on ``MPI.COMM_WORLD``, and they pickle by name.
+    ``Free()`` fails as it does on ``MPI.COMM_WORLD``, and they pickle by name. ``shadow`` is a
+    private copy to take over (a fresh world takes the old one's: see ``_tracing.fresh_world``)
+    instead of making one with a blocking ``Dup``.
     """
     twin_class = _TWIN_OF_CLASS.get(type(comm)) or next(
         (twin for plain, twin in _TWIN_OF_CLASS.items() if isinstance(comm, plain)), None)
@@ -85,7 +88,9 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
     _id_of_handle[twin.handle] = twin._mpinb_id
     # Made while every member is here: it has just made the communicator (or started the pool).
-    twin._mpinb_shadow = _Intracomm(_Intracomm.Dup(twin)) if cid is not None else None
+    if shadow is None and cid is not None:
+        shadow = _Intracomm(_Intracomm.Dup(twin))
+    twin._mpinb_shadow = shadow
     if constant:
         twin._mpinb_constant = True
         twin.__module__ = "mpi4py.MPI"  # pickle finds MPI.COMM_WORLD by name: this twin

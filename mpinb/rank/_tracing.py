@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from mpi4py import MPI
 
 from ._calls import _Request
-from ._collectives import new_epoch
+from ._collectives import set_epoch
 from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
 from ._traced import traced
@@ -38,19 +39,59 @@ def housekeeping() -> MPI.Intracomm:
     return _housekeeping
 
 
-def reset(namespace: dict) -> None:
-    """A fresh world after an aborted run (collective over all ranks).
+# Collectives that mpinb started and completed on its own copy of the world. Every rank starts
+# them in the same order, so the counts are equal on all ranks unless one was broken off: then
+# the copy is out of step, and only fresh processes can mend it (see fresh_world).
+own_calls = {"started": 0, "completed": 0}
+_PAUSE = 0.001  # between tests of mpinb's own pending collective: sleeping, not spinning
+
+
+def complete_own(request: MPI.Request, timeout: float | None = None) -> bool:
+    """Complete a collective that mpinb started on its copy of the world, with short sleeps (an
+    idle core stays idle); ``False`` if ``timeout`` seconds pass first (the request stays pending)."""
+    own_calls["started"] += 1
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not request.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(_PAUSE)
+    own_calls["completed"] += 1
+    return True
+
+
+generation = 0  # how many fresh worlds this rank has moved to, as the pool counts them
+
+
+def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | None:
+    """A fresh world after an aborted run (collective over all ranks); ``None`` when done, else
+    why this rank could not make it.
 
     Messages that the aborted run left in flight belong to the old world's context, so they can
     never match a receive on the new one. Communicators the user derived earlier keep their
     context (their own collectives and messages), but mpinb's traffic on them starts afresh.
+
+    Nothing here blocks: the copy is an ``Idup``, polled until ``timeout``. The pool calls this
+    only once every rank is known to be idle, and a rank refuses when its state says the ranks
+    are out of step (another generation, or one of mpinb's own collectives broken off), so that
+    no call can pair with a call of another reset.
     """
-    global _plain_world, _traced_world
+    global _plain_world, _traced_world, generation
+    if new_generation != generation + 1:
+        return f"this rank is at world {generation}, not {new_generation - 1}"
+    if own_calls["started"] != own_calls["completed"]:
+        return "one of mpinb's own collectives was broken off on this rank"
+    try:
+        copy, request = _housekeeping.Idup()
+    except MPI.Exception as err:  # out of communicators, for one (MPICH has about 2,000)
+        return f"MPI could not copy the world: {err}"
+    if not complete_own(request, timeout):
+        return f"the other ranks did not take part within {timeout:g} s"
+    set_epoch(new_generation)
     old_plain, old_traced = _plain_world, _traced_world
-    polite_barrier(_housekeeping)
-    new_epoch()
-    _plain_world = _housekeeping.Dup()
-    _traced_world = traced(_plain_world, "world", list(range(_plain_world.Get_size())), constant=True)
+    # The old world's private copy carries on: every message on it is tagged by generation.
+    shadow, old_traced._mpinb_shadow = old_traced._mpinb_shadow, None
+    _plain_world = copy
+    _traced_world = traced(copy, "world", list(range(copy.Get_size())), constant=True, shadow=shadow)
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world
@@ -58,6 +99,8 @@ def reset(namespace: dict) -> None:
         MPI.COMM_WORLD = _traced_world
     elif MPI.COMM_WORLD is old_plain:
         MPI.COMM_WORLD = _plain_world
+    generation = new_generation
+    return None
 
 
 def _use(namespace: dict, traced_calls: bool) -> None:

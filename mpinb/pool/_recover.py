@@ -1,0 +1,145 @@
+"""After an aborted run (an interrupt, a timeout, a rank that failed while others waited): bring
+every rank back to a fresh MPI world, or learn within a bounded time that it cannot be done.
+
+Two steps, driven from here so that no rank can fall out of step with the others:
+
+1. **Settle.** Every rank that has not answered the aborted run is asked, through its engine's
+   queue, to say its state; the answer comes only once the rank is idle. A queued request it has
+   not started is withdrawn (ipyparallel's abort), a relayed run it has not read is skipped, and a
+   rank still busy after ``REINTERRUPT_AFTER`` is interrupted again. A rank still busy after the
+   stop timeout is stuck (inside a call that ignores interrupts, such as a blocking MPI call that
+   mpinb does not trace): the pool then starts fresh processes.
+2. **Fresh world.** Only when every rank has settled, with the same state, does each get the
+   number of the new world and make it with a polled ``Idup`` under a deadline. A rank that
+   finds itself in another state refuses at once; a rank that cannot finish in time says so. Any
+   failure means fresh processes, never a second attempt on the same ones, so no call of one
+   attempt can ever pair with a call of another.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import rank as _rank
+from .._protocol import Settled
+from .._ranges import format_ranks
+
+# A rank still running this long after the interrupt is interrupted once more: it may have
+# started its part only after the first one, or its code caught the KeyboardInterrupt.
+REINTERRUPT_AFTER = 2.0
+# How long the ranks get to make the fresh world, once all of them are known to be idle.
+FRESH_WORLD_TIMEOUT = 10.0
+_POLL = 0.01
+
+
+@dataclass
+class Recovery:
+    """How the ranks came back: ``generation`` is the new world's number when they did;
+    otherwise ``stuck`` (ranks that did not stop) or ``failure`` says why they could not."""
+
+    generation: int | None = None
+    stuck: list[int] = field(default_factory=list)
+    dead: list[int] = field(default_factory=list)
+    failure: str | None = None
+    settle_seconds: float = 0.0
+
+
+def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted: dict[int, str],
+            skip_through: int, interrupted_at: float, stop_timeout: float) -> Recovery:
+    """Bring the ranks of ``supervisor`` from world ``generation`` to the next one.
+
+    ``waiting_for`` are the ranks not known to be idle (no reply to the aborted run: all of them
+    when the pool does not know); ``unstarted`` maps rank -> the aborted run's request to that
+    rank, withdrawn if not started; ``skip_through`` is the last relayed run's number;
+    ``interrupted_at`` (time.monotonic()) when the ranks were interrupted, from which
+    ``stop_timeout`` counts.
+    """
+    began = time.monotonic()
+    states, stuck, dead = settle(supervisor, waiting_for, unstarted, skip_through, interrupted_at, stop_timeout)
+    recovery = Recovery(stuck=stuck, dead=dead, settle_seconds=time.monotonic() - began)
+    if stuck or dead:
+        return recovery
+    generations = {state["generation"] for state in states.values()}
+    if len(states) == supervisor.settings.n and len(generations) == 1:
+        generation = generations.pop()  # every rank's own word (a reset the pool saw cut short may have ended)
+    odd = {rank: state for rank, state in states.items()
+           if state["generation"] != generation or state["own_started"] != state["own_completed"]}
+    if odd:
+        recovery.failure = _out_of_step(odd, generation)
+        return recovery
+    recovery.failure = fresh_world(supervisor, generation + 1)  # each rank checks its own state too
+    if recovery.failure is None:
+        recovery.generation = generation + 1
+    return recovery
+
+
+def settle(supervisor: Any, waiting_for: list[int], unstarted: dict[int, str], skip_through: int,
+           interrupted_at: float, stop_timeout: float) -> tuple[dict[int, Settled], list[int], list[int]]:
+    """The state of each rank of ``waiting_for`` once it is idle: ``(states, stuck, dead)``."""
+    client = supervisor.client
+    for rank, msg_id in unstarted.items():  # withdrawn from the engine's queue, if still there
+        client.abort(jobs=[msg_id], targets=[supervisor.engine_of[rank]], block=False)
+    probes = {rank: client[supervisor.engine_of[rank]].apply_async(_rank.settle, skip_through)
+              for rank in waiting_for}
+    reinterrupted = False
+    while True:
+        busy = [rank for rank, probe in probes.items() if not probe.ready()]
+        if not busy:
+            break
+        dead = supervisor.first_dead()
+        if dead:
+            return {}, [], dead
+        since = time.monotonic() - interrupted_at
+        if since > stop_timeout:
+            return {}, busy, []
+        if not reinterrupted and since > REINTERRUPT_AFTER:
+            supervisor.interrupt(busy)
+            reinterrupted = True
+        time.sleep(_POLL)
+    states: dict[int, Settled] = {}
+    failed = []
+    for rank, probe in probes.items():
+        try:
+            states[rank] = probe.get(0)
+        except Exception:  # noqa: BLE001 - a rank that cannot even say its state: start afresh
+            failed.append(rank)
+    return states, failed, []
+
+
+def fresh_world(supervisor: Any, generation: int) -> str | None:
+    """Every rank makes world ``generation`` together; ``None`` when they did, else why not (as
+    soon as one rank refuses: the others' polled copy then ends at its deadline, unused)."""
+    n = supervisor.settings.n
+    request = supervisor.view(list(range(n))).apply_async(_rank.fresh_world, generation, FRESH_WORLD_TIMEOUT)
+    client = supervisor.client
+    deadline = time.monotonic() + FRESH_WORLD_TIMEOUT + 5.0
+    refusals: dict[str, list[int]] = {}
+    answered: set[int] = set()
+    while len(answered) < n and not refusals:
+        if time.monotonic() > deadline:
+            busy = [rank for rank in range(n) if rank not in answered]
+            return f"{format_ranks(busy, word=True)} did not answer within {FRESH_WORLD_TIMEOUT + 5:g} s"
+        request.wait(_POLL)
+        for rank, msg_id in enumerate(request.msg_ids):
+            if rank in answered or msg_id in client.outstanding:
+                continue
+            answered.add(rank)
+            try:
+                why = client.get_result(msg_id).get(0)
+            except Exception as err:  # noqa: BLE001 - said in the pool's message, then fresh processes
+                why = f"{type(err).__name__}: {err}"
+            if why is not None:
+                refusals.setdefault(why, []).append(rank)
+    return "; ".join(f"{format_ranks(ranks, word=True)}: {why}" for why, ranks in refusals.items()) or None
+
+
+def _out_of_step(odd: dict[int, Settled], generation: int) -> str:
+    parts = []
+    for rank, state in sorted(odd.items()):
+        if state["generation"] != generation:
+            parts.append(f"rank {rank} is at world {state['generation']}, not {generation}")
+        else:
+            parts.append(f"rank {rank} has one of mpinb's own collectives unfinished")
+    return "; ".join(parts)

@@ -1,0 +1,59 @@
+"""What a rank does after an aborted run, when the pool asks: say that it is idle (and never start
+the aborted run late), move to a fresh world together with every other rank, and, for a rank
+that does not return from a call, write its Python stack where the pool can read it.
+
+The pool drives the order (see :mod:`mpinb.pool._recover`): it asks for a fresh world only once
+every rank has answered :func:`settle`, so no rank enters a collective that another rank is not
+about to enter.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import threading
+from typing import TextIO
+
+from .._protocol import STACK_SIGNAL, STACKS_ENVIRONMENT, Settled
+from . import _relay, _tracing
+
+
+def settle(skip_through: int) -> Settled:
+    """This rank's state. Answered only when the rank is idle (its engine runs one request at a
+    time), and from then on it never starts a relayed run up to ``skip_through``."""
+    _relay.skip_runs_through(skip_through)
+    return {"generation": _tracing.generation, "own_started": _tracing.own_calls["started"],
+            "own_completed": _tracing.own_calls["completed"]}
+
+
+def fresh_world(generation: int, timeout: float) -> str | None:
+    """Move the user's namespace to fresh world number ``generation``; ``None`` when done, else why
+    not (the pool then starts fresh processes)."""
+    from IPython import get_ipython
+
+    return _tracing.fresh_world(get_ipython().user_ns, generation, timeout)
+
+
+_stack_file: TextIO | None = None  # kept open: faulthandler writes to it from its signal handler
+
+
+def write_stack_on_request(rank: int) -> None:
+    """On ``STACK_SIGNAL``, write every thread's Python stack to ``<$MPINB_STACKS>/<rank>.stack``.
+
+    faulthandler writes from the signal handler itself, in C, so it works while the main thread
+    is inside a call that never returns to Python (a blocking MPI call, a long C loop) and needs
+    no ptrace rights. The file starts with the main thread's id, to find its stack among others.
+    """
+    global _stack_file
+    folder = os.environ.get(STACKS_ENVIRONMENT)
+    if not folder or _stack_file is not None:
+        return
+    try:
+        fd = os.open(os.path.join(folder, f"{rank}.stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:  # the folder is gone or not shared with this host: the pool says it could not read it
+        return
+    _stack_file = os.fdopen(fd, "w")
+    _stack_file.write(f"main thread {threading.main_thread().ident:#x}\n")
+    _stack_file.flush()
+    faulthandler.register(getattr(signal, STACK_SIGNAL), file=_stack_file, all_threads=True, chain=False)
