@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import rank as _rank
@@ -13,6 +16,24 @@ from ._supervisor import Supervisor
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike
+
+
+@contextmanager
+def whole_or_not_at_all() -> Iterator[None]:
+    """An interrupt (the notebook's stop button) that comes while data is on its way to or from
+    the ranks takes effect once the move is over: a push never reaches some ranks only, and a
+    pull never leaves a rank's file behind in shared memory."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if came:
+        raise KeyboardInterrupt("the data move finished before the interrupt took effect")
 
 
 def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[int]) -> None:
@@ -31,7 +52,8 @@ def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[in
             _through_rank_0(supervisor, name, value)
             del usual[name]
     if usual:
-        supervisor.view(ranks).push(usual, block=True)
+        with whole_or_not_at_all():
+            supervisor.view(ranks).push(usual, block=True)
 
 
 def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
@@ -42,17 +64,18 @@ def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
         raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
     if not supervisor.settings.on_this_host:
         return list(view.pull(name, block=True))
-    try:
-        offers = view.apply_sync(_rank.offer, name)
-    except BaseException:  # the ranks that did offer left files: theirs carry their pid
-        remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
-        raise
-    try:
-        return [mapped(what) if how == "shared" else what for how, what in offers]
-    finally:
-        for how, what in offers:
-            if how == "shared":
-                remove(what["path"])
+    with whole_or_not_at_all():
+        try:
+            offers = view.apply_sync(_rank.offer, name)
+        except BaseException:  # the ranks that did offer left files: theirs carry their pid
+            remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
+            raise
+        try:
+            return [mapped(what) if how == "shared" else what for how, what in offers]
+        finally:
+            for how, what in offers:
+                if how == "shared":
+                    remove(what["path"])
 
 
 def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int]) -> None:
@@ -65,9 +88,10 @@ def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int
     if supervisor.settings.on_this_host and worth_sharing(data) and _through_shared_memory(
             supervisor, name, data, ranks, _split_rows(len(data), len(ranks))):
         return
-    for engine, block in zip(supervisor.engines(ranks), np.array_split(data, len(ranks))):
-        supervisor.client[engine].push({name: block}, block=False)
-    supervisor.client.wait()
+    with whole_or_not_at_all():
+        for engine, block in zip(supervisor.engines(ranks), np.array_split(data, len(ranks))):
+            supervisor.client[engine].push({name: block}, block=False)
+        supervisor.client.wait()
 
 
 def _split_rows(count: int, parts: int) -> list[tuple[int, int]]:
@@ -92,10 +116,11 @@ def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray,
                 written.append(write(part))
         except OSError:
             return False
-        pending = [supervisor.client[engine].apply_async(_rank.take, name, written[0 if rows is None else i])
-                   for i, engine in enumerate(supervisor.engines(ranks))]
-        for reply in pending:
-            reply.get()  # a rank that could not take it (out of memory) raises here
+        with whole_or_not_at_all():
+            pending = [supervisor.client[engine].apply_async(_rank.take, name, written[0 if rows is None else i])
+                       for i, engine in enumerate(supervisor.engines(ranks))]
+            for reply in pending:
+                reply.get()  # a rank that could not take it (out of memory) raises here
     finally:
         for shared in written:
             remove(shared["path"])
@@ -106,8 +131,9 @@ def _through_rank_0(supervisor: Supervisor, name: str, array: np.ndarray) -> Non
     """Ranks on other hosts: the array crosses the network once, to rank 0, and then reaches the
     others by MPI's broadcast (every rank of the pool takes part)."""
     staged = f"_mpinb_staged_{name}"
-    supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
-    supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
+    with whole_or_not_at_all():
+        supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
+        supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
 
 
 def gather(supervisor: Supervisor, name: str, ranks: list[int]) -> np.ndarray:
