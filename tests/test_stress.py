@@ -1,0 +1,56 @@
+"""Hundreds of aborts of many kinds at random moments, with a second pool alive and a CPU hog
+beside them: no pool is ever left unusable, and the time from each abort to a working next cell
+is reported (test-artifacts/stress-<MPI>.txt). ``MPINB_STRESS_SEED`` repeats a run,
+``MPINB_STRESS_ABORTS`` sets how many (see bench/aborts.py for the kinds)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpinb
+from bench.aborts import Campaign, check, describe, summary
+from mpinb.pool import find_mpiexec
+from mpinb.pool._launch import mpi_family
+
+ABORTS = int(os.environ.get("MPINB_STRESS_ABORTS", "200"))
+SEED = int(os.environ.get("MPINB_STRESS_SEED", str(int(time.time()))))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60 + 8 * ABORTS)
+def test_aborts_of_every_kind_never_leave_a_pool_unusable(artifacts):
+    shared_memory_before = set(glob.glob("/dev/shm/mpinb-*"))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with mpinb.Pool(2) as bystander, mpinb.Pool(4) as pool:
+            check(bystander)
+            campaign = Campaign(pool, SEED)
+            try:
+                aborts = campaign.run(ABORTS)
+            finally:
+                campaign.close()
+            check(bystander)  # the other pool on the machine was not disturbed
+    finally:
+        hog.kill()
+        hog.wait()
+    stats = summary(aborts)
+    mpi = mpi_family(find_mpiexec()) or "mpi"
+    text = f"seed {SEED}, {mpi}, 4 ranks, a second pool and a CPU hog beside them\n{describe(stats)}\n"
+    print(text)
+    with open(os.path.join(artifacts, f"stress-{mpi}.txt"), "w") as handle:
+        handle.write(text)
+    with open(os.path.join(artifacts, f"stress-{mpi}.json"), "w") as handle:
+        json.dump({"seed": SEED, "summary": stats, "aborts": [vars(a) for a in aborts]}, handle, indent=1)
+    assert len(aborts) == ABORTS
+    assert stats["by_kind"].keys() >= {"deadlocked ring", "sleep", "slow repr", "push", "script"}, stats["by_kind"]
+    # only ranks inside a call that ignores interrupts may cost a restart
+    needless = [a for a in aborts if a.restarted and a.kind != "untraced wait nobody answers"]
+    assert not needless, f"restarts after aborts that can be interrupted (seed {SEED}): {needless}"
+    assert set(glob.glob("/dev/shm/mpinb-*")) <= shared_memory_before, "a data move left a file in shared memory"
