@@ -20,6 +20,7 @@ import mpinb
 from mpinb.pool import find_mpiexec
 from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 
+from .aborts import recovery_rows
 from .control import control_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
@@ -78,6 +79,24 @@ def mpi_library() -> str:
     """Which MPI this run measures (the figures differ by MPI: compare like with like)."""
     mpiexec = find_mpiexec()
     return f"{mpi_family(mpiexec) or 'unknown MPI'} ({mpiexec})"
+
+
+def machine() -> str:
+    """What this machine is, to read the figures by: its CPU, cores, Python and Python's speed
+    (the notes' yardstick, ``sum(range(100))``: 1.46 us on a machine twice as slow as ours)."""
+    import platform
+    import timeit
+
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    loops = 200_000
+    per_call = min(timeit.repeat("sum(range(100))", number=loops, repeat=5)) / loops
+    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"sum(range(100)) {per_call * 1e6:.2f} us")
 
 
 def under_mpiexec(script: str, n: int):
@@ -164,19 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress"],
+    parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress",
+                                           "recovery"],
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
     # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for
     # the peers too; MPICH ignores it.
     os.environ.update(launch_environment(4 * (os.cpu_count() or 1)))
+    print(f"Machine: {machine()}", flush=True)
     print(f"MPI: {mpi_library()}", flush=True)
     rows = []
     if args.only:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
                 "scale": scale_rows, "data": data_rows, "control": control_rows,
-                "progress": progress_rows}[args.only]()
+                "progress": progress_rows, "recovery": lambda: recovery_rows(n)}[args.only]()
         _report(rows, args.json)
         return 0
 
@@ -204,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                  (10.0 if never else theirs["control_back_s"]) / ours["control_back_s"]))
     rows.append(("ring deadlock: ranks left running after stop", 0, "ipyparallel stop_cluster",
                  theirs["ranks_left_after_stop"], float("inf") if theirs["ranks_left_after_stop"] else 1.0))
+    rows += recovery_rows(n)
 
     crowd = 4 * (os.cpu_count() or 1)
     alone = under_mpiexec(OVERSUBSCRIBED, 1)
