@@ -576,3 +576,35 @@ def test_the_critical_path_of_a_long_ping_pong_alternates_through_every_wait():
     assert path.ranks() == [0, 1] * 300 + [0], "each message hands the path to the other rank"
     assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(path.steps, path.steps[1:]))
     assert sum(path.by_rank().values()) == pytest.approx(path.wall), "no gap: the path spans the run"
+
+
+# -- where a stuck rank is: its stack, written by faulthandler --------------------------------------
+
+def test_the_main_threads_stack_is_read_from_the_last_dump(tmp_path):
+    import os
+
+    import mpinb
+    from mpinb.pool._stacks import _parse, where
+
+    execute = os.path.join(os.path.dirname(mpinb.__file__), "rank", "_execute.py")
+    path = tmp_path / "2.stack"
+    old_dump = ('Current thread 0x00007f0000000001 (most recent call first):\n'
+                '  File "<mpi-cell-1>", line 1 in <module>\n')
+    new_dump = ('Thread 0x00007f00000000aa (most recent call first):\n'
+                '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n\n'
+                'Current thread 0x00007f0000000001 (most recent call first):\n'
+                '  File "/site-packages/numpy/linalg/_linalg.py", line 1700 in svd\n'
+                '  File "<mpi-cell-7>", line 3 in <module>\n'
+                f'  File "{execute}", line 66 in _exec_cell\n')
+    path.write_text("main thread 0x7f0000000001\n" + old_dump + new_dump)
+    offset = len("main thread 0x7f0000000001\n" + old_dump)
+    frames = _parse(str(path), offset)
+    assert [(f.file, f.line) for f in frames] == [("/site-packages/numpy/linalg/_linalg.py", 1700),
+                                                  ("<mpi-cell-7>", 3), (execute, 66)]
+    cell = "a = np.ones((9, 9))\nb = a + 1\nu, s, v = np.linalg.svd(b)\n"
+    assert where(frames, {"<mpi-cell-7>": cell}) == "in `u, s, v = np.linalg.svd(b)`, line 3, inside svd of _linalg.py"
+    assert where(frames[1:], {"<mpi-cell-7>": cell}) == "in `u, s, v = np.linalg.svd(b)`, line 3"
+    assert where(frames[1:], {}) == "at line 3"  # a cell whose code the pool no longer has
+    assert where(None, {}) == "its stack could not be read"
+    assert where(frames[2:], {}) == "in _exec_cell of _execute.py"  # no user frame at all
+    assert _parse(str(path), path.stat().st_size) is None  # nothing written since

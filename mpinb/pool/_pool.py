@@ -21,12 +21,12 @@ import psutil
 from .. import rank as _rank
 from .._language import say
 from .._protocol import Limits
-from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
+from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
-from . import _data, _stacks
+from . import _data
 from ._launch import LaunchSettings
 from ._pending import Direct, Relayed
-from ._recover import Recovery, recover
+from ._recover import explain, recover
 from ._result import RunResult
 from ._run import Outcome, collect, follow, stopped_error
 from ._streams import OutputCallback
@@ -246,7 +246,7 @@ class Pool:
         outcome.pending.forget()
         if outcome.aborted:
             sources = {args[1]: args[0]} if call is _rank.run_cell else {}
-            result.restarted = self._recover(supervisor, outcome, sources)
+            result.restarted = self._recover_from_abort(supervisor, outcome, sources)
         self._settled = True
         if outcome.raised is not None:
             raise outcome.raised
@@ -262,13 +262,14 @@ class Pool:
         supervisor = self._running()
         if not self._settled:
             supervisor.interrupt(list(range(self.size)))  # ranks that are idle only count it
-            note = self._recover(supervisor, None, {})
+            note = self._recover_from_abort(supervisor, None, {})
             self._settled = True
             if note:
                 warnings.warn(note, RuntimeWarning, stacklevel=3)
         return self._running()
 
-    def _recover(self, supervisor: Supervisor, outcome: Outcome | None, sources: dict[str, str]) -> str | None:
+    def _recover_from_abort(self, supervisor: Supervisor, outcome: Outcome | None,
+                            sources: dict[str, str]) -> str | None:
         """Bring every rank to a fresh world after an aborted run (see :mod:`._recover`); if they
         cannot get there, start fresh processes. ``None``, or the sentence that says the pool was
         restarted, why, and what was lost."""
@@ -284,25 +285,7 @@ class Pool:
         if recovery.generation is not None:
             self._generation = recovery.generation
             return None
-        return self._restart_because(self._why_not_recovered(supervisor, recovery, sources, stop_timeout))
-
-    def _why_not_recovered(self, supervisor: Supervisor, recovery: Recovery, sources: dict[str, str],
-                           stop_timeout: float) -> str:
-        if recovery.dead:
-            return supervisor.why_dead(recovery.dead)
-        if recovery.stuck:
-            stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks)
-                      if supervisor.stacks_folder else {rank: None for rank in recovery.stuck})
-            places: dict[str, list[int]] = {}
-            for rank in recovery.stuck:
-                places.setdefault(_stacks.where(stacks[rank], sources), []).append(rank)
-            said = say("; ").join(say("{ranks} ({place})", ranks=format_ranks(ranks, word=True), place=place)
-                                  for place, ranks in places.items())
-            return say("{stuck} did not stop within {seconds} s of the interrupt: an interrupt cannot break off "
-                       "such a call (a blocking MPI call that mpinb does not trace, or a long C function)",
-                       stuck=said, seconds=f"{stop_timeout:g}")
-        return say("the ranks could not make a fresh MPI world after the aborted run ({why})",
-                   why=recovery.failure)
+        return self._restart_because(explain(supervisor, recovery, sources, stop_timeout))
 
     def _restart_because(self, why: str) -> str:
         """Start fresh processes; the sentence that says so (why, what was lost, what was kept)."""

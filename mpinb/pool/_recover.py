@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import rank as _rank
+from .._language import say
 from .._protocol import Settled
 from .._ranges import format_ranks
+from . import _stacks
 
 # A rank still running this long after the interrupt is interrupted once more: it may have
 # started its part only after the first one, or its code caught the KeyboardInterrupt.
@@ -43,7 +45,6 @@ class Recovery:
     stuck: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
     failure: str | None = None
-    settle_seconds: float = 0.0
 
 
 def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted: dict[int, str],
@@ -56,9 +57,8 @@ def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted:
     ``interrupted_at`` (time.monotonic()) when the ranks were interrupted, from which
     ``stop_timeout`` counts.
     """
-    began = time.monotonic()
     states, stuck, dead = settle(supervisor, waiting_for, unstarted, skip_through, interrupted_at, stop_timeout)
-    recovery = Recovery(stuck=stuck, dead=dead, settle_seconds=time.monotonic() - began)
+    recovery = Recovery(stuck=stuck, dead=dead)
     if stuck or dead:
         return recovery
     generations = {state["generation"] for state in states.values()}
@@ -133,6 +133,26 @@ def fresh_world(supervisor: Any, generation: int) -> str | None:
             if why is not None:
                 refusals.setdefault(why, []).append(rank)
     return "; ".join(f"{format_ranks(ranks, word=True)}: {why}" for why, ranks in refusals.items()) or None
+
+
+def explain(supervisor: Any, recovery: Recovery, sources: dict[str, str], stop_timeout: float) -> str:
+    """Why the ranks could not come back, in words (the start of the pool's restart sentence):
+    stuck ranks are named with the call each is in, read from its stack (``sources`` maps a
+    cell's name to its code)."""
+    if recovery.dead:
+        return supervisor.why_dead(recovery.dead)
+    if recovery.stuck:
+        stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks)
+                  if supervisor.stacks_folder else {rank: None for rank in recovery.stuck})
+        places: dict[str, list[int]] = {}
+        for rank in recovery.stuck:
+            places.setdefault(_stacks.where(stacks[rank], sources), []).append(rank)
+        said = say("; ").join(say("{ranks} ({place})", ranks=format_ranks(ranks, word=True), place=place)
+                              for place, ranks in places.items())
+        return say("{stuck} did not stop within {seconds} s of the interrupt: an interrupt cannot break off "
+                   "such a call (a blocking MPI call that mpinb does not trace, or a long C function)",
+                   stuck=said, seconds=f"{stop_timeout:g}")
+    return say("the ranks could not make a fresh MPI world after the aborted run ({why})", why=recovery.failure)
 
 
 def _out_of_step(odd: dict[int, Settled], generation: int) -> str:
