@@ -465,6 +465,11 @@ def test_progress_view_lag_time_left_and_saved_text():
     unknown.update({0: {**state, "total": None, "n": 100, "elapsed": 1.0}, 1: {**state, "total": None, "n": 30,
                                                                                  "elapsed": 1.0}})
     assert unknown.lagging == [1] and unknown.line.startswith("fit: 130 [")
+    # rank 1 reported 0.3 s before the others, at the same rate: not behind
+    stale = ProgressView([0, 1, 2])
+    stale.update({0: {**state, "n": 60, "elapsed": 1.2}, 1: {**state, "n": 45, "elapsed": 0.9},
+                  2: {**state, "n": 30, "elapsed": 1.2}})
+    assert stale.lagging == [2]
 
 
 # -- the language of what mpinb says ---------------------------------------------------------------

@@ -71,13 +71,18 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
         seen = [i for i, rank in enumerate(self.ranks) if rank in self._seen]
         if len(seen) < 2:
             return []
+        # Ranks report at different moments: each count is carried at its rank's own rate to the
+        # latest moment reported, so that a rank whose last report is older is not taken as behind.
+        latest = max(self.elapsed[i] for i in seen)
+        counts = [self.counts[i] if self.ended[i] or self.elapsed[i] <= 0
+                  else self.counts[i] * latest / self.elapsed[i] for i in seen]
         if self.total:
-            shares = [self.counts[i] / self.total for i in seen]
+            shares = [min(count / self.total, 1.0) for count in counts]
             middle = statistics.median(shares)
             return [self.ranks[i] for i, share in zip(seen, shares)
                     if not self.ended[i] and middle >= 2 * LAG and share < middle - LAG]
-        middle = statistics.median(self.counts[i] for i in seen)
-        return [self.ranks[i] for i in seen if not self.ended[i] and self.counts[i] < (1 - LAG) * middle]
+        middle = statistics.median(counts)
+        return [self.ranks[i] for i, count in zip(seen, counts) if not self.ended[i] and count < (1 - LAG) * middle]
 
     def text_line(self) -> str:
         """``train: 45%|###   | 1,800/4,000 [3.1 s < 3.8 s, 580 it/s] on 4 ranks``: the ranks'
