@@ -58,12 +58,17 @@ docs: install
 	@echo "mpinb: the site is in build/docs/index.html"
 
 # The whole suite on the chosen MPI (the site first: a browser test reads it); on MPICH (the
-# default) also the core tests on Open MPI.
-test: install system lint docs
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-ifeq ($(MPI),mpich)
-	$(MAKE) --no-print-directory test-core MPI=openmpi
-endif
+# default) also the core tests on Open MPI. A failing stage does not stop the ones after it (one
+# failure stays one failure in CI's log); the run fails at the end, naming each failed stage.
+OTHER_MPI := $(if $(filter mpich,$(MPI)),openmpi,)
+test: install system lint
+	@failed=""; \
+	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
+	if [ -n "$(OTHER_MPI)" ]; then \
+	  $(MAKE) --no-print-directory test-core MPI=$(OTHER_MPI) || failed="$$failed tests-on-$(OTHER_MPI)"; \
+	fi; \
+	if [ -n "$$failed" ]; then echo "mpinb: these stages failed:$$failed"; exit 1; fi
 
 test-core: install
 	$(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
