@@ -115,6 +115,22 @@ def test_a_long_cell_on_other_hosts_is_interrupted_through_their_nannies(pool):
 
 
 @pytest.mark.timeout(180)
+def test_ranks_stuck_on_other_hosts_are_named_from_their_stacks_and_the_pool_restarts(pool):
+    """Their stacks come through the hosts' shared profile folder, asked for through the nannies."""
+    pool.stop_timeout = 2
+    try:
+        with pytest.raises(TimeoutError) as info:
+            pool.run("if rank != 0:\n    comm.Barrier()\n", timeout=1, trace=False)
+    finally:
+        pool.stop_timeout = None
+    message = str(info.value)
+    assert "ranks 1-3 (in `comm.Barrier()`, line 2) did not stop within 2 s" in message, message
+    assert "the pool was restarted with 4 fresh ranks" in message
+    result = pool.run("import socket\n(socket.gethostname(), comm.allreduce(1))")
+    assert result.value == {r: (host, 4) for r, host in HOSTS.items()}
+
+
+@pytest.mark.timeout(180)
 def test_a_rank_killed_on_another_host_is_named_with_its_host_and_the_pool_restarts(pool):
     pool.run("before_failure = 1")
     rank1 = psutil.Process(pool.status()[1]["pid"])  # hosts here share this machine's process ids

@@ -37,6 +37,12 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
         assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"]
         assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
         assert pool.run("size").value == {0: 2, 1: 2}
+        # a rank stuck in an untraced call is named from its stack; the pool is a new job
+        pool.stop_timeout = 2
+        with pytest.raises(TimeoutError, match=r"rank 1 \(in `comm.Barrier\(\)`, line 2\) did not stop"):
+            pool.run("if rank == 1:\n    comm.Barrier()\n", timeout=1, trace=False)
+        assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
+        assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"], "one job: the old one ended"
         security = os.path.join(pool._supervisor.cluster.profile_dir, "security")
         assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
         cluster_id = pool._supervisor.cluster.cluster_id
