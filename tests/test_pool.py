@@ -236,10 +236,20 @@ def test_bad_code_argument(pool4):
 
 
 def test_status_lists_every_rank(pool4):
+    import threading
+
     rows = pool4.status()
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert all(r["state"] == "idle" and r["memory_mb"] > 1 for r in rows)
     assert len({r["pid"] for r in rows}) == 4
+    # while a run is out (here from another thread), its ranks are busy, the others idle
+    runner = threading.Thread(target=pool4.run, args=("import time\ntime.sleep(1.5)",), kwargs={"targets": [1, 2]})
+    runner.start()
+    time.sleep(0.5)
+    during = {row["rank"]: row["state"] for row in pool4.status()}
+    runner.join()
+    assert during == {0: "idle", 1: "busy", 2: "busy", 3: "idle"}
+    assert {row["state"] for row in pool4.status()} == {"idle"}, "a run's end is the pool's own: no lag"
 
 
 def test_keyboard_interrupt_stops_the_ranks_and_the_pool_survives(pool4):

@@ -95,6 +95,7 @@ class Pool:
         self._supervisor: Supervisor | None = None
         self._generation = 0  # the fresh worlds the ranks have moved to since they started
         self._settled = True  # every rank idle in the same world; False while a run is out
+        self._busy: frozenset[int] = frozenset()  # the ranks of the run in flight (see status)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -238,15 +239,20 @@ class Pool:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         self._settled = False  # until the run is over and, if it was aborted, the ranks recovered
-        outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
-        if outcome.stopped == "died":
+        self._busy = frozenset(ranks)
+        try:
+            outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
+            if outcome.stopped == "died":
+                outcome.pending.forget()
+                raise self._after_death(supervisor, outcome.dead)
+            result = self.last_result = collect(outcome, self.size)
             outcome.pending.forget()
-            raise self._after_death(supervisor, outcome.dead)
-        result = self.last_result = collect(outcome, self.size)
-        outcome.pending.forget()
-        if outcome.aborted:
-            sources = {args[1]: args[0]} if call is _rank.run_cell else {}
-            result.restarted = self._recover_from_abort(supervisor, outcome, sources)
+            if outcome.aborted:
+                self._busy = frozenset(range(self.size))
+                sources = {args[1]: args[0]} if call is _rank.run_cell else {}
+                result.restarted = self._recover_from_abort(supervisor, outcome, sources)
+        finally:
+            self._busy = frozenset()
         self._settled = True
         if outcome.raised is not None:
             raise outcome.raised
@@ -262,7 +268,11 @@ class Pool:
         supervisor = self._running()
         if not self._settled:
             supervisor.interrupt(list(range(self.size)))  # ranks that are idle only count it
-            note = self._recover_from_abort(supervisor, None, {})
+            self._busy = frozenset(range(self.size))
+            try:
+                note = self._recover_from_abort(supervisor, None, {})
+            finally:
+                self._busy = frozenset()
             self._settled = True
             if note:
                 warnings.warn(note, RuntimeWarning, stacklevel=3)
@@ -340,17 +350,17 @@ class Pool:
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, host, pid, state (idle/busy), CPU % and memory (MB) when local."""
         supervisor = self._running()
-        queue = supervisor.client.queue_status()
         here = socket.gethostname()
         rows = []
         for rank in range(self.size):
             info = supervisor.ranks_info[rank]
-            engine = queue.get(supervisor.engine_of[rank], {})
             row: dict[str, Any] = {
                 "rank": rank,
                 "host": info["host"],
                 "pid": info["pid"],
-                "state": "busy" if engine.get("queue", 0) else "idle",
+                # the pool's own account: the controller's queue lags the replies, and it does not
+                # see the runs that rank 0 relays to the others
+                "state": "busy" if rank in self._busy else "idle",
                 "cpu_percent": None,
                 "memory_mb": None,
             }
