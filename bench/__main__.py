@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
+    # Started in the background (nohup, CI), the process ignores SIGINT, and the stop button the
+    # hang and recovery rows press (_thread.interrupt_main) would do nothing: handle it, as a kernel does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # What plain mpiexec needs here to run at all (Open MPI as root, more ranks than cores), for
     # the peers too; MPICH ignores it.
     os.environ.update(launch_environment(4 * (os.cpu_count() or 1)))
