@@ -26,6 +26,7 @@ _EXPORTS = {
     "RankFailure": ".pool",
     "RunResult": ".pool",
     "Trace": ".trace",
+    "breakpoint": "._breakpoint",
     "check": ".teach",
     "compare": ".widgets.compare",
     "current_pool": ".notebook",
@@ -37,6 +38,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is imported on first use
+    from ._breakpoint import breakpoint
     from ._language import set_language
     from ._progress import progress
     from .errors import (
@@ -56,7 +58,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
 
 __all__ = [
     "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
-    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "check", "compare", "current_pool",
+    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "breakpoint", "check", "compare", "current_pool",
     "last_trace", "load_ipython_extension", "progress", "set_language", "unload_ipython_extension", "Pool",
 ]
 

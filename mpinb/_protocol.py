@@ -28,6 +28,12 @@ DONE_KEY = "mpinb_done"
 STACKS_ENVIRONMENT = "MPINB_STACKS"
 STACK_SIGNAL = "SIGUSR2"
 
+# The key under which a rank publishes that it stopped at a breakpoint, or runs on (see
+# mpinb.rank._debugger), and the control-channel messages of the debugger.
+DEBUG_KEY = "mpinb_debug"
+DEBUG_REQUEST = "mpinb_debug_request"
+DEBUG_REPLY = "mpinb_debug_reply"
+
 # The key prefix under which a rank publishes the state of one progress bar ("mpinb_progress:0").
 PROGRESS_KEY = "mpinb_progress"
 
@@ -111,6 +117,30 @@ class Progress(TypedDict):
     elapsed: float  # seconds since the loop began
     done: bool  # the loop went through all its items
     ended: bool  # the loop is over: done, or left early (break, an exception, an interrupt)
+
+
+class Frame(TypedDict):
+    """One frame of a rank's Python stack."""
+
+    file: str
+    line: int
+    function: str
+    code: str  # the source line, when the rank has it
+
+
+DebugMode = Literal["idle", "running", "waiting", "stopped"]
+
+
+class DebugState(TypedDict):
+    """What a rank is doing, for the debugger: idle between runs (``failure``: it keeps the last
+    run's traceback for post-mortem), running user code, waiting in a traced MPI call (``wait``),
+    or stopped at a breakpoint (``where``: the frame it stopped in)."""
+
+    mode: DebugMode
+    failure: NotRequired[bool]
+    wait: NotRequired[WaitState]
+    where: NotRequired[Frame]
+    since: NotRequired[float]  # time.time() when it stopped
 
 
 class Done(TypedDict):

@@ -220,5 +220,74 @@ ZH: dict[str, str] = {
     "{ranks} were {what}": "{ranks} {what}",
     "{ranks} finished without error": "{ranks} 正常结束",
     "{op} (line {line})": "{op}（第 {line} 行）",
+    # -- the debugger: stacks, breakpoints, post-mortem, inspect
+    "Where the ranks were when the run was stopped:": "运行停止时各 rank 所在的位置：",
+    "{n} ranks: {parts}{sampled}": "{n} 个 rank：{parts}{sampled}",
+    " (sampled {count} times)": "（采样 {count} 次）",
+    "idle": "空闲",
+    "running": "正在运行",
+    "waiting in MPI": "在 MPI 中等待",
+    "stopped at a breakpoint": "停在断点处",
+    "read from outside": "从外部读取",
+    "unknown": "未知",
+    "cell line {line}": "单元格第 {line} 行",
+    "{function}() line {line}": "{function}() 第 {line} 行",
+    "{file} line {line}": "{file} 第 {line} 行",
+    "{function}() line {line} of {file}": "{file} 中 {function}() 第 {line} 行",
+    "waiting in {op} {peers}": "在 {op} 中等待（{peers}）",
+    " for {seconds} s": "，已 {seconds} 秒",
+    "to rank {peer}": "发往 rank {peer}",
+    "from rank {peer}": "来自 rank {peer}",
+    "to rank r{step}": "发往 rank r{step}",
+    "from rank r{step}": "来自 rank r{step}",
+    "to {ranks}": "发往 {ranks}",
+    "from {ranks}": "来自 {ranks}",
+    "on communicator {comm}": "在通信域 {comm} 上",
+    "in a call that does not return to Python (read from outside)": "处在不返回 Python 的调用中（从外部读取）",
+    "in {place}": "位于 {place}",
+    ", has not moved for {seconds} s": "，已 {seconds} 秒没有前进",
+    ", {ranks} have not moved": "，其中 {ranks} 没有前进",
+    "it did not answer and its stack could not be read from outside": "它没有应答，也无法从外部读取其调用栈",
+    "{ranks} stopped at {place}: {code}": "{ranks} 停在{place}：{code}",
+    "line {line}": "第 {line} 行",
+    ": waiting for rank {peer}, stopped at line {line}": "：在等待停在第 {line} 行的 rank {peer}",
+    "{ranks} running": "{ranks} 正在运行",
+    "{ranks} done with this run": "{ranks} 已完成本次运行",
+    "{ranks} not stopped at a breakpoint (running, waiting or done): debugger commands go to stopped ranks "
+    "({stopped})":
+        "{ranks} 没有停在断点处（正在运行、等待或已完成）：调试命令只能发给停下的 rank（{stopped}）",
+    "none": "无",
+    "{ranks} stopped at a breakpoint, but nobody can type commands here (a headless run): they continue.":
+        "{ranks} 停在断点处，但这里无法输入命令（无界面运行）：它们继续运行。",
+    "the run was ended from the debugger (q)": "运行已在调试器中结束（q）",
+    "rank {rank}, {kind}:": "rank {rank}，{kind}：",
+    "the last run did not fail on any rank: nothing to debug post-mortem (name a rank to look into a running one)":
+        "上一次运行在所有 rank 上都没有失败：没有可以事后调试的内容（指定一个 rank 可以查看正在运行的 rank）",
+    "{expr} on {n} ranks": "{expr} 在 {n} 个 rank 上",
+    ": the same on every rank": "：所有 rank 上都相同",
+    ": a different value on every rank": "：每个 rank 上的值都不同",
+    ": {ranks} differs from the others": "：{ranks} 与其他 rank 不同",
+    ": {ranks} differ from the others": "：{ranks} 与其他 rank 不同",
+    "{ranks} have no variable {name!r} (inspect evaluates {expr!r} on each rank)":
+        "{ranks} 没有变量 {name!r}（inspect 在每个 rank 上计算 {expr!r}）",
+    "{who}: shape {shape}, the others' {reference}": "{who}：形状为 {shape}，其他 rank 为 {reference}",
+    "{who}: {blocks} of the array's {total} blocks differ from {reference}'s; first: {named}":
+        "{who}：数组的 {total} 个块中有 {blocks} 个与 {reference} 不同；最先几处：{named}",
+    "Commands go to every stopped rank, or to the ranks before a colon: `2: p x`, `0-3: n`,\n"
+    "`@12: c` (the ranks stopped at line 12). They are pdb's: p EXPR, pp EXPR, n(ext), s(tep), c(ontinue),\n"
+    "r(eturn), unt(il), w(here), u(p), d(own), l(ist), a(rgs), any Python statement. Also:\n"
+    "  view        which ranks are stopped where, and which run\n"
+    "  stacks      every rank's stack, merged\n"
+    "  inspect E   the value of E on every stopped rank, side by side\n"
+    "  detach      continue, and let breakpoint() no longer stop in this run\n"
+    "  q           end the run (as the stop button does)":
+        "命令发给所有停下的 rank，或发给冒号前的 rank：`2: p x`、`0-3: n`、`@12: c`（停在第 12 行的 rank）。\n"
+        "命令就是 pdb 的命令：p 表达式、pp 表达式、n(ext)、s(tep)、c(ontinue)、r(eturn)、unt(il)、w(here)、u(p)、\n"
+        "d(own)、l(ist)、a(rgs)，以及任何 Python 语句。另外还有：\n"
+        "  view        哪些 rank 停在哪里，哪些在运行\n"
+        "  stacks      所有 rank 的调用栈，合并显示\n"
+        "  inspect E   在每个停下的 rank 上计算 E，并排比较\n"
+        "  detach      继续运行，并且本次运行中 breakpoint() 不再停下\n"
+        "  q           结束本次运行（同停止按钮）",
     "; ": "；",
 }

@@ -106,12 +106,13 @@ class MPIHangError(TimeoutError):
     """A run stopped (timeout or interrupt) while ranks were blocked in MPI.
 
     ``diagnosis`` (a :class:`mpinb.pool._hang.Diagnosis`) holds, as data, what each rank waited in and
-    the wait-for cycle; ``str()`` is the text the notebook shows. The pool is usable afterwards.
+    the wait-for cycle; ``stacks`` every rank's stack when the run stopped; ``str()`` is the text the
+    notebook shows. The pool is usable afterwards.
     """
 
-    def __init__(self, message: str, diagnosis: Diagnosis):
+    def __init__(self, message: str, diagnosis: Diagnosis, after: str = ""):
         self.diagnosis = diagnosis
-        super().__init__(f"{message}\n{diagnosis.text()}")
+        super().__init__(f"{message}\n{diagnosis.text()}{after}")
 
     def _render_traceback_(self) -> list[str]:
         return [f"{type(self).__name__}: {self}"]

@@ -604,8 +604,8 @@ def test_the_main_threads_stack_is_read_from_the_last_dump(tmp_path):
     path.write_text("main thread 0x7f0000000001\n" + old_dump + new_dump)
     offset = len("main thread 0x7f0000000001\n" + old_dump)
     frames = _parse(str(path), offset)
-    assert [(f.file, f.line) for f in frames] == [("/site-packages/numpy/linalg/_linalg.py", 1700),
-                                                  ("<mpi-cell-7>", 3), (execute, 66)]
+    assert [(f["file"], f["line"]) for f in frames] == [("/site-packages/numpy/linalg/_linalg.py", 1700),
+                                                        ("<mpi-cell-7>", 3), (execute, 66)]
     cell = "a = np.ones((9, 9))\nb = a + 1\nu, s, v = np.linalg.svd(b)\n"
     assert where(frames, {"<mpi-cell-7>": cell}) == "in `u, s, v = np.linalg.svd(b)`, line 3, inside svd of _linalg.py"
     assert where(frames[1:], {"<mpi-cell-7>": cell}) == "in `u, s, v = np.linalg.svd(b)`, line 3"

@@ -19,7 +19,8 @@ from ..errors import PoolStartError
 from ..pool import Pool, default_size
 from . import _session as session
 
-SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace", "compare")
+SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace", "compare", "stacks", "debug",
+               "inspect")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
 _STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
 
@@ -51,6 +52,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _samples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"take the stacks at least 1 time, not {value}")
+    return value
+
+
 def _add_size(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", type=_rank_count, metavar="N", help="number of MPI ranks")
 
@@ -64,6 +75,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="do not record MPI calls (no overhead, no message views)")
     parser.add_argument("--view", choices=session.VIEW_MODES, default="compact",
                         help="message-flow views after the run: compact (default), full, none")
+    parser.add_argument("--debug", metavar="COMMANDS", type=_debug_commands,
+                        help="debugger commands for ranks that stop at breakpoint(), separated by ;; "
+                             "(e.g. \"p x ;; 2: n ;; c\"); then the prompt asks for more")
+
+
+def _debug_commands(text: str) -> list[str]:
+    commands = [part.strip() for part in text.split(";;")]
+    if not all(commands):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty command between ;;")
+    return commands
 
 
 def _cell_parser() -> _Parser:
@@ -115,9 +136,13 @@ LINE_USAGE = """\
 %mpi trace [compact|full]                               message-flow views of the last traced run
 %mpi compare [A B]                                      the last two traced runs (or variables A, B
                                                         holding traces or results) side by side
+%mpi stacks [--samples K] [--targets T]                 every rank's Python stack, merged into one tree
+%mpi debug [RANK] [-c COMMAND ...]                      pdb on a rank: where the last run failed (the
+                                                        first failing rank by default), or where it runs
+%mpi inspect EXPR [--targets T]                         EXPR on every rank, side by side
 %mpi STATEMENT                                          run one line on every rank
 %%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]
-      [--no-trace] [--view compact|full|none]"""
+      [--no-trace] [--view compact|full|none] [--debug "CMD ;; CMD"]"""
 
 
 def _split(line: str) -> list[str]:
@@ -141,7 +166,7 @@ class MPIMagics(Magics):
         args = _cell_parser().parse_args(_split(line))
         _check_targets(args.targets, args.n)
         session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout, output=args.output,
-                         first_line=args.first_line, trace=args.trace, view=args.view)
+                         first_line=args.first_line, trace=args.trace, view=args.view, debug=args.debug)
         return None
 
     def _line(self, line: str) -> object:
@@ -208,7 +233,7 @@ class MPIMagics(Magics):
             except OSError as err:
                 raise UsageError(f"--stdin {args.stdin}: {err.strerror}") from None
         session.run_script(script, args.args, stdin=stdin, targets=args.targets, timeout=args.timeout,
-                           output=args.output, trace=args.trace, view=args.view)
+                           output=args.output, trace=args.trace, view=args.view, debug=args.debug)
 
     def _trace(self, word: str, argv: list[str]) -> None:
         view = argv[0] if argv else "full"
@@ -247,6 +272,51 @@ class MPIMagics(Magics):
             return pool.pull(argv[0])
         except NameError as err:  # some rank lacks the variable (checked on the ranks first)
             raise UsageError(str(err)) from None
+
+    def _stacks(self, word: str, argv: list[str]) -> object:
+        parser = _Parser(prog="%mpi stacks", description="Every rank's Python stack, merged into one tree.")
+        parser.add_argument("--samples", "-s", type=_samples, default=1, metavar="K",
+                            help="take the stacks K times, --interval apart, to tell moving ranks from stuck ones")
+        parser.add_argument("--interval", type=_positive_float, default=0.5, metavar="S")
+        parser.add_argument("--targets", "-t", metavar="RANKS")
+        args = parser.parse_args(argv)
+        pool = _require_pool()
+        _check_targets(args.targets, None)
+        return pool.stacks(args.targets, samples=args.samples, interval=args.interval)
+
+    def _debug(self, word: str, argv: list[str]) -> None:
+        parser = _Parser(prog="%mpi debug", description="pdb on one rank: post-mortem of the last run's failure "
+                                                         "(the first failing rank by default), or the frames of a "
+                                                         "rank that runs. q leaves.")
+        parser.add_argument("rank", nargs="?", type=int)
+        parser.add_argument("-c", "--command", action="append", default=[], metavar="COMMAND",
+                            help="a command to run first (repeatable), as if typed")
+        args = parser.parse_args(argv)
+        pool = _require_pool()
+        if args.rank is not None and not 0 <= args.rank < pool.size:
+            raise UsageError(f"%mpi debug {args.rank}: the pool has ranks 0-{pool.size - 1}")
+        try:
+            debugger = pool.post_mortem(args.rank)
+        except LookupError as err:
+            raise UsageError(f"%mpi debug: {err}") from None
+        debugger.interact(commands=args.command)
+
+    def _inspect(self, word: str, argv: list[str]) -> object:
+        targets = None
+        if "--targets" in argv or "-t" in argv:
+            at = argv.index("--targets") if "--targets" in argv else argv.index("-t")
+            if at + 1 >= len(argv):
+                raise UsageError("%mpi inspect EXPR --targets RANKS: name the ranks")
+            targets = argv[at + 1]
+            argv = argv[:at] + argv[at + 2:]
+        expression = " ".join(argv).strip()
+        if not expression:
+            raise UsageError("%mpi inspect EXPR [--targets RANKS]: an expression to evaluate on every rank")
+        _check_targets(targets, None)
+        try:
+            return _require_pool().inspect(expression, targets)
+        except (NameError, SyntaxError, ValueError) as err:
+            raise UsageError(f"%mpi inspect: {err}") from None
 
     @cell_magic
     def local(self, line: str, cell: str) -> None:

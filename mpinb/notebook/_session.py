@@ -128,6 +128,7 @@ def run_cell(
     first_line: int = 1,
     trace: bool = True,
     view: str = "compact",
+    debug: list[str] | None = None,
 ) -> RunResult:
     """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises.
 
@@ -141,7 +142,7 @@ def run_cell(
         raise CellSyntaxError(err) from None
     pool = pool_for_cell(n)
     return _shown(pool, targets, output, view,
-                  lambda show: pool.run(code, targets, timeout, show, trace=trace))
+                  lambda show: pool.run(code, targets, timeout, show, trace=trace, debug=debug))
 
 
 def run_script(
@@ -153,11 +154,12 @@ def run_script(
     output: str = "tabs",
     trace: bool = True,
     view: str = "compact",
+    debug: list[str] | None = None,
 ) -> RunResult:
     """``%mpi run``: an existing script on the pool, shown like a cell."""
     pool = pool_for_cell(None)
     return _shown(pool, targets, output, view,
-                  lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace))
+                  lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace, debug=debug))
 
 
 def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunResult:

@@ -24,11 +24,14 @@ from .._protocol import Limits
 from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
+from ._debug import Driver, OnStop, RankSession, first_failing_rank
+from ._inspect import Inspection, inspect
 from ._launch import LaunchSettings
 from ._pending import Direct, Relayed
 from ._recover import explain, recover
 from ._result import RunResult
-from ._run import Outcome, collect, follow, stopped_error
+from ._run import Debugging, Outcome, collect, follow, stopped_error
+from ._stacks import Stacks, sample
 from ._streams import OutputCallback
 from ._supervisor import Supervisor
 
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 MIN_TRACE_SHARE = 1_000  # calls per rank that a run may record, however many ranks it has
+KEPT_SOURCES = 50  # cells whose code the pool keeps, to show lines of stacks read from outside
+Debug = Sequence[str] | OnStop | None
 _cell_numbers = itertools.count(1)
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 T = TypeVar("T")
@@ -96,6 +101,8 @@ class Pool:
         self._generation = 0  # the fresh worlds the ranks have moved to since they started
         self._settled = True  # every rank idle in the same world; False while a run is out
         self._busy: frozenset[int] = frozenset()  # the ranks of the run in flight (see status)
+        self._sources: dict[str, str] = {}  # recent cells' code, by the name the ranks run it under
+        self._places: dict = {}  # where each rank was at the last stacks taken (see _stacks.sample)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -142,6 +149,7 @@ class Pool:
         supervisor.start()
         self._supervisor = supervisor
         self._generation, self._settled = 0, True
+        self._places = {}
         _live_pools.add(self)
         return self
 
@@ -175,11 +183,16 @@ class Pool:
         on_output: OutputCallback | None = None,
         check: bool = True,
         trace: bool = True,
+        debug: Debug = None,
     ) -> RunResult:
         """Run ``code`` on the ranks; the value of its last expression comes back per rank.
 
         With ``trace`` (the default) every MPI call the code makes is recorded into
         ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost.
+
+        Ranks that reach ``breakpoint()`` stop; ``debug`` says what then happens: ``None`` (the
+        default) asks for debugger commands with ``input()`` (continuing where nobody can type), a
+        list of command lines is used first, a callable gets the :class:`Breakpoints` each time.
 
         Raises ``SyntaxError`` once (not once per rank) for code that does not compile,
         :class:`RankError` when user code raised on any rank (``check=False`` returns the
@@ -190,8 +203,11 @@ class Pool:
             raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
         filename = f"<mpi-cell-{next(_cell_numbers)}>"
         compile(code, filename, "exec")  # one clear SyntaxError here instead of one per rank
+        self._sources[filename] = code
+        while len(self._sources) > KEPT_SOURCES:
+            del self._sources[next(iter(self._sources))]
         args = (code, filename, self._limits(trace, targets))
-        return self._execute(_rank.run_cell, args, targets, timeout, on_output, check)
+        return self._execute(_rank.run_cell, args, targets, timeout, on_output, check, debug)
 
     def run_file(
         self,
@@ -203,6 +219,7 @@ class Pool:
         on_output: OutputCallback | None = None,
         check: bool = True,
         trace: bool = True,
+        debug: Debug = None,
     ) -> RunResult:
         """Run an existing MPI script unchanged, as ``mpiexec -n N python path args`` would.
 
@@ -218,7 +235,7 @@ class Pool:
             stdin = stdin.decode()
         argv = [str(arg) for arg in args] if not isinstance(args, str) else args.split()
         call = (path, argv, stdin, os.getcwd(), self._limits(trace, targets))
-        return self._execute(_rank.run_file, call, targets, timeout, on_output, check)
+        return self._execute(_rank.run_file, call, targets, timeout, on_output, check, debug)
 
     def _limits(self, trace: bool, targets: Targets) -> Limits:
         """Each rank records at most ``trace_capacity`` calls, and the run's ranks together about
@@ -233,7 +250,7 @@ class Pool:
         self._running().interrupt(self.ranks(targets))
 
     def _execute(self, call: Callable, args: tuple, targets: Targets, timeout: float | None,
-                 on_output: OutputCallback | None, check: bool) -> RunResult:
+                 on_output: OutputCallback | None, check: bool, debug: Debug = None) -> RunResult:
         supervisor = self._ready()
         ranks = self.ranks(targets)
         if timeout is not None and timeout <= 0:
@@ -241,7 +258,8 @@ class Pool:
         self._settled = False  # until the run is over and, if it was aborted, the ranks recovered
         self._busy = frozenset(ranks)
         try:
-            outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output)
+            debugging = Debugging(Driver(debug), self._sources, self._places)
+            outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output, debugging)
             if outcome.stopped == "died":
                 outcome.pending.forget()
                 raise self._after_death(supervisor, outcome.dead)
@@ -315,6 +333,31 @@ class Pool:
         if self._supervisor is None:
             raise PoolError("the pool is not running: call pool.start() (or `%mpi start`) first")
         return self._supervisor
+
+    # -- debugging ----------------------------------------------------------------------------
+
+    def stacks(self, targets: Targets = None, samples: int = 1, interval: float = 0.5) -> Stacks:
+        """Every rank's Python stack now, merged into one tree (shared frames once, each branch
+        with its ranks), taken ``samples`` times ``interval`` s apart to tell ranks that move from
+        ranks that are stuck. Works while the ranks are idle, run, wait in MPI, or are stopped."""
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be a whole number of at least 1, got {samples!r}")
+        return sample(self._running(), self.ranks(targets), self._sources, samples, interval, self._places)
+
+    def inspect(self, expression: str, targets: Targets = None) -> Inspection:
+        """``expression`` evaluated on every (targeted) rank, idle or stopped at a breakpoint, and
+        compared: ranks with equal values grouped, those that differ marked, and for arrays,
+        which elements differ. Values do not travel whole (a summary and digests do)."""
+        return inspect(self._running(), self.ranks(targets), expression)
+
+    def post_mortem(self, rank: int | None = None) -> RankSession:
+        """A debugger on ``rank`` (by default the first whose code failed in the last run): at the
+        frame that raised, or, for a rank still running, at the frame it runs in (read only).
+        ``session.command("p x")`` returns what pdb printed; ``session.interact()`` prompts."""
+        if rank is None:
+            rank = first_failing_rank(self.last_result)
+        (rank,) = self.ranks([rank])
+        return RankSession(self._running(), rank)
 
     # -- moving data --------------------------------------------------------------------------
 

@@ -12,9 +12,12 @@ from .._protocol import Reply
 from .._values import unpack
 from ..errors import DeadlockError, MPIHangError
 from ..trace import Trace
+from ._debug import Breakpoints, Driver
 from ._hang import Diagnosis, HangWatch
+from ._inspect import inspect
 from ._pending import Direct, Pending, Relayed
 from ._result import RankFailure, RunResult
+from ._stacks import Stacks, sample
 from ._streams import OutputCallback, StreamTracker
 from ._supervisor import Supervisor
 
@@ -37,6 +40,7 @@ class Outcome:
     dead: list[int] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     interrupted_at: float | None = None  # time.monotonic() when mpinb first interrupted ranks
+    stacks: Stacks | None = None  # every rank's stack when the run was stopped
     raised: BaseException | None = None  # what broke the wait in the notebook, other than an interrupt
 
     @property
@@ -49,9 +53,27 @@ class Outcome:
         return [rank for rank, over in zip(self.ranks, self.pending.finished()) if not over]
 
 
+@dataclass
+class Debugging:
+    """What a run needs for the debugger: what to do when ranks stop at a breakpoint, the cells'
+    code (for stacks read from outside), and where the ranks were at earlier samples."""
+
+    driver: Driver | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    history: dict = field(default_factory=dict)
+
+    def stacks(self, supervisor: Supervisor, ranks: list[int]) -> Stacks:
+        return sample(supervisor, ranks, self.sources, history=self.history)
+
+
 def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, ranks: list[int],
-           size: int, timeout: float | None, on_output: OutputCallback | None) -> Outcome:
-    """Run ``call(*args)`` on ``ranks`` and follow it until every rank replied or it must stop."""
+           size: int, timeout: float | None, on_output: OutputCallback | None,
+           debugging: Debugging | None = None) -> Outcome:
+    """Run ``call(*args)`` on ``ranks`` and follow it until every rank replied or it must stop.
+
+    While a rank is stopped at a breakpoint the timeout does not run, no hang is diagnosed and no
+    failure releases the others; ``debugging.driver`` takes the user's commands."""
+    debugging = debugging or Debugging()
     started = time.perf_counter()
     pending: Pending
     if supervisor.can_relay(ranks):
@@ -62,8 +84,10 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     outcome = Outcome(pending, ranks)
     tracker = StreamTracker(pending, ranks)
     watch = HangWatch(ranks, idle=[r for r in range(size) if r not in ranks])
+    breakpoints = Breakpoints(supervisor, ranks, debugging.sources)
     failure_seen_at: float | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
+    paused, last = 0.0, time.monotonic()  # seconds with a rank stopped: the clock stands still
     try:
         while not pending.ready():
             pending.wait(_POLL)
@@ -75,9 +99,22 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
                 outcome.stopped = "died"
                 return outcome
             done = pending.finished()
+            breakpoints.update(pending.data, done)
+            now = time.monotonic()
+            if breakpoints.stopped:
+                paused += now - last
+                if debugging.driver is not None:
+                    debugging.driver.at_stop(breakpoints, lambda: debugging.stacks(supervisor, ranks),
+                                             lambda expression: inspect(supervisor, sorted(breakpoints.stopped),
+                                                                        expression))
+                    paused += time.monotonic() - now
+                    now = time.monotonic()
+                last = now
+                continue
+            last = now
             news = watch.update(pending.data, done)
             if news is not None and on_output is not None:
-                on_output(ranks[0], "hang", news.text())
+                on_output(ranks[0], "hang", news.text() + "\n\n" + debugging.stacks(supervisor, ranks).text())
             if failure_seen_at is None:
                 failure_seen_at = time.monotonic() if pending.failure_seen() else None
             elif not outcome.released and time.monotonic() - failure_seen_at > RELEASE_AFTER:
@@ -86,7 +123,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
                 outcome.released = [r for r, over in zip(ranks, done) if not over]
                 outcome.interrupted_at = time.monotonic()
                 supervisor.interrupt(outcome.released)
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline + paused:
                 outcome.stopped = "timeout"
                 break
     except KeyboardInterrupt:
@@ -100,6 +137,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
         outcome.dead, outcome.stopped = supervisor.unregistered(ranks), "died"
         return outcome
     if outcome.stopped:
+        outcome.stacks = _stacks_before_the_interrupt(debugging, supervisor, ranks)
         outcome.interrupted_at = time.monotonic()
         supervisor.interrupt(ranks)
         pending.wait(INTERRUPT_GRACE)
@@ -112,6 +150,13 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     return outcome
 
 
+def _stacks_before_the_interrupt(debugging: Debugging, supervisor: Supervisor, ranks: list[int]) -> Stacks | None:
+    try:
+        return debugging.stacks(supervisor, ranks)
+    except Exception:  # noqa: BLE001 - the stacks are a help; the interrupt must go out regardless
+        return None
+
+
 def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None = None) -> BaseException:
     """The exception for a run that was interrupted or timed out, with the hang's diagnosis and,
     when the ranks could not be stopped, the sentence that says the pool was restarted."""
@@ -122,15 +167,21 @@ def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None
                    timeout=f"{timeout:g}")
     if restarted:
         text += " " + restarted
+    stacks = ("\n\n" + say("Where the ranks were when the run was stopped:") + "\n" + outcome.stacks.text()
+              if outcome.stacks is not None else "")
     diagnosis = outcome.diagnosis
+    error: BaseException
     if diagnosis is not None:
-        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis)
+        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis, stacks)
         if outcome.stopped == "timeout":
-            return hang
-        interrupt = KeyboardInterrupt(str(hang))
-        interrupt.diagnosis = diagnosis  # type: ignore[attr-defined]  # as MPIHangError has
-        return interrupt
-    return KeyboardInterrupt(text) if outcome.stopped == "interrupt" else TimeoutError(text)
+            error = hang
+        else:
+            error = KeyboardInterrupt(str(hang))
+            error.diagnosis = diagnosis  # type: ignore[attr-defined]  # as MPIHangError has
+    else:
+        error = KeyboardInterrupt(text + stacks) if outcome.stopped == "interrupt" else TimeoutError(text + stacks)
+    setattr(error, "stacks", outcome.stacks)  # noqa: B010 - every rank's stack, as data, on any exception
+    return error
 
 
 def collect(outcome: Outcome, size: int) -> RunResult:

@@ -25,7 +25,7 @@ from types import FrameType
 from .. import _progress
 from .._protocol import Failure, Limits, Reply
 from .._values import pack
-from . import _output, _waiting
+from . import _debugger, _output, _waiting
 from ._output import capped_output
 from ._recorder import RECORDER
 from ._tracing import recording
@@ -93,13 +93,10 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     _waiting.interrupts += 1
     if not _running_user_code:
         return
-    if frame is not None and frame.f_code.co_filename.startswith(_PACKAGE) and frame.f_code is not _WAIT_CODE:
+    if frame is not None and frame.f_code.co_filename.startswith(_PACKAGE) and frame.f_code not in _waiting.safe_points:
         _deliver_again_soon()
         return
     raise KeyboardInterrupt
-
-
-_WAIT_CODE = _waiting.wait.__code__
 
 
 def _deliver_again_soon() -> None:
@@ -125,6 +122,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
                      "trace": None, "dropped_lines": 0, "elapsed": 0.0, "wrote": False}
     start = time.perf_counter()
     _progress.new_run()
+    _debugger.new_run()
     displays_before = _output.displays
     install_interrupt_handler()
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"])
@@ -137,10 +135,12 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
                 packed = pack(value) if value is not None else None
             finally:
                 _running_user_code = False
+                _debugger.run_ended()
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 record["error"] = _describe(exc, filename, exit_code=exc.code)
         except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
+            _debugger.keep_failure(exc)
             record["error"] = failure = _describe(exc, filename)
             failure["waiting"] = _waiting.interrupted_wait()
             if failure["waiting"] is not None:

@@ -58,6 +58,9 @@ def _init() -> None:
     # only; ours raises in user code only, everywhere.
     kernel = shell.kernel
     kernel.pre_handler_hook, kernel.post_handler_hook = install_interrupt_handler, _nothing
+    from ._debugger import install as serve_the_debugger
+
+    serve_the_debugger(kernel)
     from .. import _progress
     from ._waiting import publish_data
 

@@ -30,6 +30,11 @@ current: WaitState | None = None
 interrupts = 0
 
 
+# Code where an interrupt may raise at once: each abandons what it left pending (see
+# _execute._interrupt, which holds interrupts anywhere else in mpinb's own code).
+safe_points: set = set()
+
+
 def publish(state: WaitState | None) -> None:
     try:
         publish_data({WAIT_KEY: state})
@@ -77,6 +82,9 @@ def wait(test, describe) -> None:
     current = None
     if reported:
         publish(None)
+
+
+safe_points.add(wait.__code__)
 
 
 def wait_request(request, status, describe, cancel: bool = False) -> None:

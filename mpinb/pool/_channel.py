@@ -1,0 +1,42 @@
+"""Questions to the ranks' debuggers on ipyparallel's control channel (see ``mpinb.rank._debugger``).
+
+ipykernel serves the control channel in a thread of its own, so a rank answers while it is idle,
+while it runs a cell, and while it is stopped at a breakpoint or blocked in MPI. Messages go
+through the pool's controller, signed with the session key like every other message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .._protocol import DEBUG_REQUEST
+
+ANSWER_WITHIN = 3.0
+
+
+def ask(supervisor: Any, ranks: list[int], op: str, timeout: float = ANSWER_WITHIN,
+        **args: object) -> dict[int, dict]:
+    """Each rank's answer to ``op``; a rank that did not answer within ``timeout`` seconds gets
+    ``{"status": "timeout"}`` (its main thread holds Python's lock in a long C call, say)."""
+    client = supervisor.client
+    identities = client._build_targets(supervisor.engines(ranks))[0]
+    futures = [client._send(client._control_stream, DEBUG_REQUEST, content={"op": op, "args": args}, ident=ident)
+               for ident in identities]
+    deadline = time.monotonic() + timeout
+    answers: dict[int, dict] = {}
+    for rank, future in zip(ranks, futures):
+        try:
+            answers[rank] = future.result(timeout=max(deadline - time.monotonic(), 0.0))["content"]
+        except Exception:  # noqa: BLE001 - not answered in time (concurrent.futures.TimeoutError)
+            answers[rank] = {"status": "timeout"}
+    return answers
+
+
+def failure(answer: dict) -> str | None:
+    """What went wrong with one rank's answer, in words; ``None`` if it is fine."""
+    if answer.get("status") == "ok":
+        return None
+    if answer.get("status") == "timeout":
+        return "did not answer (busy in a call that holds Python's lock?)"
+    return f"{answer.get('ename', 'error')}: {answer.get('evalue', '')}"
