@@ -41,12 +41,14 @@ WaitKind = Literal["send", "recv", "collective", "wait"]
 
 
 class Limits(TypedDict):
-    """What the pool asks of one run: output caps and tracing."""
+    """What the pool asks of one run: output caps, tracing, and breakpoints set from outside the
+    code (JupyterLab's gutter: file -> lines)."""
 
     max_lines: int
     max_chars: int
     trace: bool
     trace_capacity: int
+    breakpoints: NotRequired[dict[str, list[int]]]
 
 
 class WaitState(TypedDict):

@@ -162,3 +162,56 @@ def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, 
         stopped.scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(artifacts, "trace-deadlock-unfinished.png"))
     assert not wait_until_gone(15, existing_pools)
+
+
+@pytest.mark.timeout(300)
+def test_jupyterlabs_debugger_panel_stops_the_ranks_at_a_gutter_breakpoint(tmp_path, artifacts, existing_pools,
+                                                                          monkeypatch):
+    """The MPI kernel in JupyterLab: enable the debugger, click the gutter of line 2, run; the
+    panel shows a rank's call stack and variables; continue moves to the next stopped rank, then
+    the cell finishes."""
+    import nbformat
+
+    from mpinb.cli import _kernelspec as kernelspec
+
+    jupyter = tmp_path / "jupyter"
+    kernelspec.render(str(jupyter / "kernels"), ranks=2)
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = rank * 10\ny = x + 1\nz = y * 2\nz")])
+    nb.metadata["kernelspec"] = {"name": "mpinb", "display_name": "Python (MPI, mpinb)", "language": "python"}
+    nbformat.write(nb, str(tmp_path / "debug.ipynb"))
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "debug.ipynb") as page:
+        page.click("[title='Enable Debugger']")
+        page.locator(".jp-Cell .cm-breakpoint-gutter .cm-gutterElement").nth(2).click()  # line 2
+        page.wait_for_selector(".jp-Cell span[aria-label='Breakpoint']", state="attached", timeout=10_000)
+        run_all(page)
+        page.wait_for_selector("text=Paused in Debugger", timeout=90_000)
+        page.locator("li[title*='Debugger']").first.click()  # the debugger sidebar
+        first = _rank_shown(page)  # its call stack and its variables (x = rank * 10)
+        page.screenshot(path=os.path.join(artifacts, "debugger-panel-first-rank.png"))
+        page.locator("[title^='Continue']").first.click()
+        assert _rank_shown(page) == 1 - first, "continue moves the panel to the rank still stopped"
+        page.screenshot(path=os.path.join(artifacts, "debugger-panel-second-rank.png"))
+        page.locator("[title^='Continue']").first.click()
+        page.wait_for_selector(".mpinb-out .summary:has-text('done')", timeout=60_000)
+        merged = page.locator(".mpinb-out .content").inner_text()
+        assert "Out[0]" in merged and "2" in merged and "22" in merged, merged
+    assert not wait_until_gone(15, existing_pools), "shutting JupyterLab down must stop the kernel's pool"
+
+
+def _rank_shown(page, timeout: float = 30) -> int:
+    """The rank the debugger panel shows, once its call stack and its variables agree on it (the
+    cell sets x = rank * 10)."""
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        stack = page.locator(".jp-DebuggerCallstack").inner_text()
+        variables = page.locator(".jp-DebuggerVariables").inner_text()
+        shown = re.search(r"rank (\d+): <module>", stack)
+        value = re.search(r"(^|\n)x:?\s*\n?(\d+)(\n|$)", variables)
+        if shown and value and int(value.group(2)) == int(shown.group(1)) * 10:
+            return int(shown.group(1))
+        assert time.monotonic() < deadline, f"the panel shows {stack!r} and {variables!r}"
+        time.sleep(0.2)

@@ -201,7 +201,8 @@ def test_mpinb_breakpoint_on_some_ranks_and_conditions(pool4):
         stopped.append(sorted(breakpoints.stopped))
         breakpoints.command("c")
 
-    pool4.run("import mpinb\nfor i in range(3):\n    mpinb.breakpoint(ranks='1-2', condition='i == 1')", debug=at_stop, timeout=60)
+    pool4.run("import mpinb\nfor i in range(3):\n    mpinb.breakpoint(ranks='1-2', condition='i == 1')",
+              debug=at_stop, timeout=60)
     assert stopped == [[1, 2]]
     with pytest.raises(mpinb.RankError, match="the breakpoint's condition 'j == 1' raised NameError"):
         pool4.run("import mpinb\nmpinb.breakpoint(condition='j == 1')", timeout=60)

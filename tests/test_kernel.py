@@ -99,3 +99,63 @@ def test_the_kernel_starts_its_pool_with_the_kernelspec_size(mpi_kernel):
     _, client = mpi_kernel
     _, text = execute(client, "%%local\nprint('ranks:', mpinb.current_pool().size)")
     assert "ranks: 3" in text
+
+
+def _dap(client, command: str, **arguments) -> dict:
+    """One Debug Adapter Protocol request on the control channel, as JupyterLab sends it."""
+    _dap.seq = getattr(_dap, "seq", 0) + 1
+    client.control_channel.send(client.session.msg("debug_request", {
+        "type": "request", "seq": _dap.seq, "command": command, "arguments": arguments}))
+    while True:
+        reply = client.control_channel.get_msg(timeout=30)
+        if reply["msg_type"] == "debug_reply":
+            return reply["content"]
+
+
+def _debug_events(client, count: int, timeout: float = 60) -> list[dict]:
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while len(events) < count and time.monotonic() < deadline:
+        msg = client.get_iopub_msg(timeout=timeout)
+        if msg["msg_type"] == "debug_event":
+            events.append(msg["content"])
+    return events
+
+
+def test_jupyterlabs_debugger_protocol_reaches_the_ranks(mpi_kernel):
+    """What JupyterLab's debugger panel sends: a gutter breakpoint stops every rank, each rank a
+    thread; its frames, variables and expressions are the rank's; continue runs it on."""
+    _, client = mpi_kernel
+    features = client.kernel_info(reply=True)["content"]["supported_features"]
+    assert "debugger" in features
+    assert _dap(client, "initialize", clientID="jupyterlab")["success"]
+    assert _dap(client, "attach")["success"]
+    code = "x = rank * 10\ny = x + 1\nz = y * 2\nz"
+    source = _dap(client, "dumpCell", code=code)["body"]["sourcePath"]
+    assert _dap(client, "setBreakpoints", source={"path": source}, breakpoints=[{"line": 2}])["body"]["breakpoints"][0][
+        "verified"]
+    assert _dap(client, "configurationDone")["success"]
+    threads = _dap(client, "threads")["body"]["threads"]
+    assert [t["name"] for t in threads] == ["rank 0", "rank 1", "rank 2"]
+    msg_id = client.execute(code, stop_on_error=False)
+    stopped = [e["body"]["threadId"] for e in _debug_events(client, 3) if e["event"] == "stopped"]
+    assert sorted(stopped) == [1, 2, 3]
+    frames = _dap(client, "stackTrace", threadId=3)["body"]["stackFrames"]
+    assert [(f["name"], f["line"], f["source"]["path"]) for f in frames] == [("rank 2: <module>", 2, source)]
+    scopes = _dap(client, "scopes", frameId=frames[0]["id"])["body"]["scopes"]
+    names = {v["name"]: v["value"] for v in _dap(client, "variables",
+                                                    variablesReference=scopes[0]["variablesReference"])["body"]["variables"]}
+    assert names["x"] == "20" and names["rank"] == "2" and "y" not in names
+    frame = frames[0]["id"]
+    assert _dap(client, "evaluate", expression="x + 1", frameId=frame, context="repl")["body"]["result"] == "21"
+    assert _dap(client, "next", threadId=3)["success"]
+    assert _dap(client, "evaluate", expression="y", frameId=frame, context="repl")["body"]["result"] == "21"
+    for _ in range(3):
+        assert _dap(client, "continue", threadId=1)["success"]
+    reply = client.get_shell_msg(timeout=60)
+    while reply["parent_header"]["msg_id"] != msg_id:
+        reply = client.get_shell_msg(timeout=60)
+    assert reply["content"]["status"] == "ok"
+    assert _dap(client, "disconnect")["success"]
+    _, text = execute(client, "%%local\nimport mpinb\nprint(mpinb.current_pool().run('comm.allreduce(1)').value)")
+    assert "{0: 3, 1: 3, 2: 3}" in text, text

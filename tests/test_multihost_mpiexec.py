@@ -115,6 +115,28 @@ def test_a_long_cell_on_other_hosts_is_interrupted_through_their_nannies(pool):
 
 
 @pytest.mark.timeout(180)
+def test_the_debugger_reaches_ranks_on_other_hosts(pool):
+    """Stacks, a breakpoint on a rank of node2 that the others wait for, and inspect, across hosts."""
+    pool.run("import numpy as np\nv = np.full(10, float(rank % 2))")
+    seen = pool.inspect("v")
+    assert [ranks for ranks, _ in seen.groups()] == [[0, 2], [1, 3]]
+    said: list[str] = []
+
+    def at_stop(breakpoints) -> None:
+        said.append(repr(breakpoints.view()))
+        said.append(breakpoints.command("p socket.gethostname(), rank"))
+        said.append(repr(pool.stacks()))
+        breakpoints.command("c")
+
+    code = ("import socket\nif rank == 1:\n    breakpoint()\n    comm.send(rank, dest=0)\n"
+            "elif rank == 0:\n    comm.recv(source=1)\n")
+    pool.run(code, debug=at_stop, timeout=60)
+    assert "rank 1 stopped at line 4: comm.send(rank, dest=0)" in said[0], said
+    assert said[1] == "('node2', 1)"
+    assert "rank 1: cell line 4: comm.send(rank, dest=0) → stopped at a breakpoint" in said[2], said
+
+
+@pytest.mark.timeout(180)
 def test_ranks_stuck_on_other_hosts_are_named_from_their_stacks_and_the_pool_restarts(pool):
     """Their stacks come through the hosts' shared profile folder, asked for through the nannies."""
     pool.stop_timeout = 2

@@ -45,8 +45,15 @@ def test_a_ring_of_sixty_four_is_traced_and_its_deadlock_diagnosed(pool64):
     cycle = info.value.diagnosis.cycle
     assert cycle[0] == 0 and cycle[1] == RANKS - 1 and sorted(cycle) == list(range(RANKS)), "each waits for its left"
     assert "ranks 0-63: each recv from its left neighbour (rank - 1) at line 1" in str(info.value)
-    assert len(str(info.value).splitlines()) < 10, "a sentence, not 64 lines"
+    diagnosis, tree = str(info.value).split("Where the ranks were when the run was stopped:\n")
+    assert len(diagnosis.splitlines()) < 10, "a sentence, not 64 lines"
+    assert tree.splitlines() == ["64 ranks: 64 waiting in MPI",
+                                 tree.splitlines()[1]], "the stacks of 64 ranks in two lines"
+    assert tree.splitlines()[1].startswith("ranks 0-63: cell line 1: comm.recv(source=(rank - 1) % size) → "
+                                           "waiting in recv from rank r-1 for"), tree
     assert pool64.run("comm.allreduce(1)").value == dict.fromkeys(range(RANKS), RANKS)
+    stacks = pool64.stacks()
+    assert stacks.text().splitlines() == ["64 ranks: 64 idle", "ranks 0-63: idle"]
 
 
 @pytest.mark.slow

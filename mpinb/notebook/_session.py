@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from IPython.display import display
 
@@ -16,11 +17,19 @@ from ..trace import Trace
 from ..widgets import RankOutput, TraceView
 from ..widgets.progress import ProgressBars
 
+if TYPE_CHECKING:
+    from ._dap import RankDebugAdapter
+
 OUTPUT_MODES = ("tabs", "merged", "rank0")
 VIEW_MODES = ("compact", "full", "none")
 _pool: Pool | None = None
 _last_trace: Trace | None = None
 _previous_trace: Trace | None = None  # the one before the last: what `%mpi compare` compares it with
+
+
+# Set by the MPI kernel: JupyterLab's debugger panel on the ranks, and the code of the cell it runs
+debug_adapter: RankDebugAdapter | None = None
+current_cell: str | None = None
 
 
 def current_pool() -> Pool | None:
@@ -141,8 +150,17 @@ def run_cell(
     except SyntaxError as err:
         raise CellSyntaxError(err) from None
     pool = pool_for_cell(n)
-    return _shown(pool, targets, output, view,
-                  lambda show: pool.run(code, targets, timeout, show, trace=trace, debug=debug))
+    adapter = debug_adapter if debug_adapter is not None and debug_adapter.started else None
+    named = adapter.cell(current_cell) if adapter is not None and current_cell is not None and first_line == 1 else None
+    filename, lines = named or (None, [])
+    try:
+        return _shown(pool, targets, output, view,
+                      lambda show: pool.run(code, targets, timeout, show, trace=trace,
+                                            debug=adapter.on_stop if adapter is not None else debug,
+                                            breakpoints=lines, filename=filename))
+    finally:
+        if adapter is not None:
+            adapter.run_ended()
 
 
 def run_script(

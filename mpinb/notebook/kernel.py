@@ -18,6 +18,7 @@ from .. import __version__
 from ..pool import Pool
 from ..rank import _introspect
 from . import _session as session
+from ._dap import RankDebugAdapter
 from ._magics import _set_autompi, runs_on_ranks
 
 ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
@@ -33,11 +34,30 @@ class MPIKernel(IPythonKernel):
         assert self.shell is not None, "IPythonKernel makes its shell in __init__"
         self.shell.run_line_magic("load_ext", "mpinb")
         _set_autompi(self.shell, True)
+        # JupyterLab's debugger panel works on the ranks (see _dap.py), not on this process
+        self.rank_debugger = session.debug_adapter = RankDebugAdapter(self)
         try:
             session.start_pool(quiet=True)
         except Exception as err:  # noqa: BLE001 - the first cell retries and shows the full error
             print(f"mpinb: the pool did not start ({err}); the first cell will try again",
                   file=sys.__stderr__)
+
+    @property
+    def kernel_info(self) -> dict:
+        info = super().kernel_info
+        if "debugger" not in info["supported_features"]:  # ours needs no debugpy
+            info["supported_features"].append("debugger")
+        return info
+
+    async def do_debug_request(self, msg: dict) -> dict:
+        return self.rank_debugger.handle(msg)
+
+    async def do_execute(self, code, *args, **kwargs):
+        session.current_cell = code  # JupyterLab names the cell by its code (gutter breakpoints)
+        try:
+            return await super().do_execute(code, *args, **kwargs)
+        finally:
+            session.current_cell = None
 
     def _pool_for(self, code: str) -> Pool | None:
         """The pool that answers completions and inspection for ``code``, if the ranks run it."""

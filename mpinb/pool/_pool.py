@@ -184,15 +184,19 @@ class Pool:
         check: bool = True,
         trace: bool = True,
         debug: Debug = None,
+        breakpoints: Iterable[int] = (),
+        filename: str | None = None,
     ) -> RunResult:
         """Run ``code`` on the ranks; the value of its last expression comes back per rank.
 
         With ``trace`` (the default) every MPI call the code makes is recorded into
         ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost.
 
-        Ranks that reach ``breakpoint()`` stop; ``debug`` says what then happens: ``None`` (the
-        default) asks for debugger commands with ``input()`` (continuing where nobody can type), a
-        list of command lines is used first, a callable gets the :class:`Breakpoints` each time.
+        Ranks that reach ``breakpoint()``, or a line of ``breakpoints`` (line numbers of ``code``),
+        stop; ``debug`` says what then happens: ``None`` (the default) asks for debugger commands
+        with ``input()`` (continuing where nobody can type), a list of command lines is used first,
+        a callable gets the :class:`Breakpoints` each time. ``filename`` is the name the ranks run
+        the code under (tracebacks, stacks); by default ``<mpi-cell-N>``.
 
         Raises ``SyntaxError`` once (not once per rank) for code that does not compile,
         :class:`RankError` when user code raised on any rank (``check=False`` returns the
@@ -201,12 +205,20 @@ class Pool:
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
-        filename = f"<mpi-cell-{next(_cell_numbers)}>"
+        filename = filename or f"<mpi-cell-{next(_cell_numbers)}>"
         compile(code, filename, "exec")  # one clear SyntaxError here instead of one per rank
         self._sources[filename] = code
         while len(self._sources) > KEPT_SOURCES:
             del self._sources[next(iter(self._sources))]
-        args = (code, filename, self._limits(trace, targets))
+        limits = self._limits(trace, targets)
+        lines = sorted(set(breakpoints))
+        if lines:
+            count = code.count("\n") + 1
+            outside = [line for line in lines if not 1 <= line <= count]
+            if outside:
+                raise ValueError(f"breakpoints at lines {outside}: the code has lines 1-{count}")
+            limits["breakpoints"] = {filename: lines}
+        args = (code, filename, limits)
         return self._execute(_rank.run_cell, args, targets, timeout, on_output, check, debug)
 
     def run_file(

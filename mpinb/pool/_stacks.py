@@ -187,7 +187,7 @@ class Stacks:
         roots: list[_Node] = []
         for rank in sorted(self.ranks):
             stack = self.ranks[rank]
-            path = [_label(frame) for frame in reversed(stack.frames) if is_users(frame)]
+            path = [_label(frame, self.sources) for frame in reversed(stack.frames) if is_users(frame)]
             level = roots
             for key in [*path, _leaf_key(stack)]:
                 node = next((n for n in level if n.key == key), None)
@@ -252,9 +252,10 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
 
 
-def _label(frame: Frame) -> tuple:
+def _label(frame: Frame, cells: dict[str, str]) -> tuple:
+    """A frame as a branch of the tree says it; ``cells``: the names cells run under."""
     line = frame["line"]
-    if frame["file"].startswith("<mpi-cell-"):
+    if frame["file"].startswith("<mpi-cell-") or frame["file"] in cells:
         text = (say("cell line {line}", line=line) if frame["function"] == "<module>"
                 else say("{function}() line {line}", function=frame["function"], line=line))
     else:

@@ -135,10 +135,26 @@ def stop_here(frame: FrameType) -> None:
         print("mpinb: breakpoint() in a thread other than the main one is ignored on the ranks", file=sys.stderr)
         return
     if _stop is not None and _stop.debugger is not None:
+        if not _stop.asking.is_set():  # armed with gutter breakpoints, running: stop here as well
+            _stop.debugger.set_trace(frame)
         return
     stop = _stop = _Stop()
     stop.debugger = RankPdb(stdin=_Commands(stop), stdout=_Output(stop))
     stop.debugger.set_trace(frame)
+
+
+def arm(breakpoints: dict[str, list[int]], frame: FrameType) -> list[str]:
+    """Before a run (from ``frame``, the one that runs the user's code): stop at these lines
+    (JupyterLab's gutter breakpoints). What could not be set, in words. Tracing stays on for the
+    run, but only frames of files with a breakpoint are traced line by line."""
+    global _stop
+    stop = _stop = _Stop()
+    debugger = stop.debugger = RankPdb(stdin=_Commands(stop), stdout=_Output(stop))
+    refused = [said for file, lines in breakpoints.items() for line in lines
+               if (said := debugger.set_break(file, line))]
+    debugger.set_trace(frame)
+    debugger.set_continue()
+    return refused
 
 
 class RankPdb(pdb.Pdb):
@@ -158,7 +174,8 @@ class RankPdb(pdb.Pdb):
         session that would start in one of them starts in the nearest user frame."""
         stack, index = super().get_stack(f, t)
         kept = [i for i, (frame, _) in enumerate(stack)
-                if not self.is_skipped_module(frame.f_globals.get("__name__") or "")]
+                if not self.is_skipped_module(frame.f_globals.get("__name__") or "")
+                and _is_users(frame.f_code.co_filename)]
         if not kept:
             return stack, index
         below = [position for position, i in enumerate(kept) if i <= index]
@@ -331,12 +348,77 @@ def _take_inspected() -> str:
     return text
 
 
+def _stopped() -> RankPdb:
+    stop = _stop
+    if stop is None or not stop.asking.is_set() or stop.debugger is None:
+        raise RuntimeError("this rank is not stopped at a breakpoint")
+    return stop.debugger
+
+
+def _frames() -> dict:
+    """The stopped rank's user frames, innermost first (for JupyterLab's call stack)."""
+    debugger = _stopped()
+    return {"frames": [_frame_of(frame) | {"line": line} for frame, line in reversed(debugger.stack)]}
+
+
+def _frame_at(level: int) -> FrameType:
+    stack = list(reversed(_stopped().stack))
+    if not 0 <= level < len(stack):
+        raise IndexError(f"no frame {level}: the stack has {len(stack)}")
+    return stack[level][0]
+
+
+HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open", "mpi_rank", "mpi_size"}  # IPython's, the engine's
+
+
+def _variables(level: int | None = None, scope: str = "locals") -> dict:
+    """Name, type and a short repr of a frame's locals or globals (``level``, innermost 0), or of
+    the user's namespace (``level`` None)."""
+    if level is None:
+        from IPython import get_ipython
+
+        names = get_ipython().user_ns
+    else:
+        frame = _frame_at(level)
+        names = frame.f_locals if scope == "locals" else frame.f_globals
+    rows = []
+    for name, value in sorted(names.items()):
+        if name.startswith("_") or name in HIDDEN or type(value).__name__ == "module":
+            continue
+        rows.append({"name": name, "type": type(value).__qualname__, "value": _short(_safe_repr(value), 120)})
+    return {"variables": rows[:500]}
+
+
+def _evaluate(expression: str, level: int | None = None) -> dict:
+    """``expression`` in a stopped frame (``level``, innermost 0), else in the user's namespace."""
+    if level is None:
+        globals_, locals_ = _namespace()
+    else:
+        frame = _frame_at(level)
+        globals_, locals_ = frame.f_globals, frame.f_locals
+    try:
+        code = compile(expression, "<debugger>", "eval")
+    except SyntaxError:
+        _aside(lambda: exec(compile(expression, "<debugger>", "exec"), globals_, locals_))
+        return {"result": "", "type": ""}
+    value = _aside(lambda: eval(code, globals_, locals_))
+    return {"result": _short(_safe_repr(value), 2000), "type": type(value).__qualname__}
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STANDARD_LIBRARY = os.path.dirname(os.__file__) + os.sep
+
+
+def _is_users(filename: str) -> bool:
+    """A cell (``<mpi-cell-N>``, or the file JupyterLab named it) or a file of the user's."""
+    if filename.startswith("<mpi-cell-"):
+        return True
+    return not (filename.startswith(("<", _PACKAGE, _STANDARD_LIBRARY)) or "-packages" + os.sep in filename)
+
+
 def _innermost_user_frame(frame: FrameType | None) -> FrameType | None:
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith("<mpi-cell-") or not (name.startswith(package) or "-packages" + os.sep in name
-                                                 or name.startswith(os.path.dirname(os.__file__) + os.sep)):
+        if _is_users(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return None
@@ -476,6 +558,9 @@ _OPERATIONS: dict[str, Callable[..., dict]] = {
     "state": lambda: {"state": state()},
     "command": _command,
     "detach": _detach,
+    "frames": _frames,
+    "variables": _variables,
+    "evaluate": _evaluate,
     "inspect": _inspect,
     "elements": _elements,
 }

@@ -38,7 +38,8 @@ def run_cell(source: str, filename: str, limits: Limits) -> Reply:
     """Execute ``source`` in the user's namespace; the last expression's value is returned."""
     namespace = _user_namespace()
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return _run(lambda: _exec_cell(source, filename, namespace), filename, limits)
+    breakpoints = limits.get("breakpoints")
+    return _run(lambda: _exec_cell(source, filename, namespace, breakpoints), filename, limits)
 
 
 def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Limits) -> Reply:
@@ -57,12 +58,15 @@ def _user_namespace() -> dict:
     return get_ipython().user_ns
 
 
-def _exec_cell(source: str, filename: str, namespace: dict) -> object:
+def _exec_cell(source: str, filename: str, namespace: dict, breakpoints: dict[str, list[int]] | None = None) -> object:
     tree = ast.parse(source, filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_quietly(source):
         last = ast.Expression(tree.body[-1].value)
         tree.body.pop()
+    if breakpoints:
+        for refused in _debugger.arm(breakpoints, sys._getframe()):
+            print(f"mpinb: {refused}", file=sys.stderr)
     exec(compile(tree, filename, "exec"), namespace)
     if last is not None:
         return eval(compile(last, filename, "eval"), namespace)
