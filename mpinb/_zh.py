@@ -289,5 +289,17 @@ ZH: dict[str, str] = {
         "  inspect E   在每个停下的 rank 上计算 E，并排比较\n"
         "  detach      继续运行，并且本次运行中 breakpoint() 不再停下\n"
         "  q           结束本次运行（同停止按钮）",
+    # -- the exercise of 12-debugging
+    "every rank returned the mean of the ranks' means: the blocks differ in size, so each rank's mean must weigh "
+    "as many items as it has. Add up the sums and the counts, then divide.":
+        "每个 rank 都返回了各 rank 平均值的平均值：各块大小不同，所以每个 rank 的平均值应按它拥有的元素个数加权。"
+        "先把各 rank 的和与个数分别加起来，再相除。",
+    "the ranks gathered each other's values: one comm.allreduce of a (sum, count) pair gives every rank both totals "
+    "at once.":
+        "各 rank 收集了彼此的值：对 (和, 个数) 这一对数做一次 comm.allreduce，就能让每个 rank 同时得到两个总数。",
+    "point-to-point messages were sent; one comm.allreduce of (sum, count) gives every rank the total.":
+        "发送了点对点消息；对 (和, 个数) 做一次 comm.allreduce 就能让每个 rank 得到总数。",
+    "it calls {count} collectives ({ops}); one allreduce of a (sum, count) pair is enough.":
+        "它调用了 {count} 次集合操作（{ops}）；对 (和, 个数) 这一对数做一次 allreduce 就够了。",
     "; ": "；",
 }

@@ -71,6 +71,10 @@ WRONG = {
         "    return sum(v for r, v in enumerate(values) if r % stages == rank % stages)",
         "comm.Split(color=stage)",
     ),
+    "global_mean": (
+        "def global_mean(local):\n    return comm.allreduce(float(local.mean())) / size",
+        "the mean of the ranks' means",
+    ),
     "zero_step": (
         "def zero_step(params, grad, lr):\n    total = np.empty_like(grad)\n"
         "    comm.Allreduce(grad, total)\n    return params - lr * total",

@@ -23,6 +23,7 @@ SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "tra
                "inspect")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
 _STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
+_TARGETS_AT_END = re.compile(r"(^|\s)(?:--targets|-t)\s+([0-9][0-9,\- ]*)\s*$")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,6 +178,8 @@ class MPIMagics(Magics):
             _check_targets(None, None)
             session.run_cell(line)
             return None
+        if word == "inspect":  # an expression: not split like arguments (its quotes are Python's)
+            return self._inspect(rest)
         return getattr(self, f"_{word}")(word, _split(rest))
 
     def _start(self, word: str, argv: list[str]) -> None:
@@ -301,15 +304,14 @@ class MPIMagics(Magics):
             raise UsageError(f"%mpi debug: {err}") from None
         debugger.interact(commands=args.command)
 
-    def _inspect(self, word: str, argv: list[str]) -> object:
+    def _inspect(self, rest: str) -> object:
         targets = None
-        if "--targets" in argv or "-t" in argv:
-            at = argv.index("--targets") if "--targets" in argv else argv.index("-t")
-            if at + 1 >= len(argv):
-                raise UsageError("%mpi inspect EXPR --targets RANKS: name the ranks")
-            targets = argv[at + 1]
-            argv = argv[:at] + argv[at + 2:]
-        expression = " ".join(argv).strip()
+        found = _TARGETS_AT_END.search(rest)
+        if found:
+            targets, rest = found.group(2), rest[:found.start()]
+        elif re.search(r"(^|\s)(--targets|-t)\s*$", rest):
+            raise UsageError("%mpi inspect EXPR --targets RANKS: name the ranks")
+        expression = rest.strip()
         if not expression:
             raise UsageError("%mpi inspect EXPR [--targets RANKS]: an expression to evaluate on every rank")
         _check_targets(targets, None)

@@ -144,6 +144,11 @@ class RankStack:
     still_for: float | None = None  # seconds at this place, over the samples taken so far
     taken_at: float = field(default_factory=time.time)
 
+    @property
+    def user_frame(self) -> Frame | None:
+        """The innermost frame of the user's own code (a cell, a user's file), if any."""
+        return next((frame for frame in self.frames if is_users(frame)), None)
+
     def position(self) -> tuple:
         inner = self.frames[0] if self.frames else None
         return ((inner["file"], inner["line"], inner["function"]) if inner else (), _mode(self.state))
@@ -262,7 +267,7 @@ def _label(frame: Frame, cells: dict[str, str]) -> tuple:
         name = os.path.basename(frame["file"])
         text = (say("{file} line {line}", file=name, line=line) if frame["function"] == "<module>"
                 else say("{function}() line {line} of {file}", function=frame["function"], line=line, file=name))
-    code = frame.get("code", "")
+    code = re.sub(r"\s{2,}#.*$", "", frame.get("code", ""))  # a comment after the code is left out
     if code:
         text += f": {code if len(code) <= CODE_WIDTH else code[:CODE_WIDTH - 1] + '…'}"
     return ("frame", text)

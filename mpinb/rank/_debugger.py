@@ -494,7 +494,7 @@ def summarise(value: object, blocks: int = BLOCKS) -> dict:
                 summary["value"] = _number(flat[0])
             summary["repr"] = _short(numpy.array2string(array, threshold=8, edgeitems=2))
             return summary
-    if isinstance(value, (int, float, bool)) and not isinstance(value, bool):
+    if isinstance(value, (int, float, bool)):
         summary["value"] = value
     summary["repr"] = _short(_safe_repr(value))
     summary["digest"] = _digest(_stable_bytes(value))

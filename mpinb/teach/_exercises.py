@@ -459,6 +459,48 @@ ZERO_STEP = Exercise(
     _verify_zero, _pattern_zero)
 
 
+# -- 12 debugging ---------------------------------------------------------------------------------
+
+def _mean_blocks(size: int) -> list[np.ndarray]:
+    """Blocks of 7, 8, 9, ... items: uneven on purpose, as the remainder of a decomposition is."""
+    start, blocks = 0, []
+    for rank in range(size):
+        blocks.append(np.arange(start, start + 7 + rank, dtype=float) ** 2)
+        start += 7 + rank
+    return blocks
+
+
+def _verify_global_mean(answers, size):
+    blocks = _mean_blocks(size)
+    hints = _compare(answers, lambda r: float(np.concatenate(blocks).mean()), "global_mean(local)")
+    if hints and all(_equal(answer, float(np.mean([b.mean() for b in blocks]))) for answer in answers.values()):
+        return [say("every rank returned the mean of the ranks' means: the blocks differ in size, so each "
+                    "rank's mean must weigh as many items as it has. Add up the sums and the counts, then "
+                    "divide.")]
+    return hints
+
+
+def _pattern_global_mean(trace, size):
+    ops = _collective_ops(trace)
+    if any(op.lower().lstrip("i").startswith(("allgather", "gather")) for op in ops):
+        return ["the ranks gathered each other's values: one comm.allreduce of a (sum, count) pair gives every "
+                "rank both totals at once."]
+    if not ops and trace.messages():
+        return ["point-to-point messages were sent; one comm.allreduce of (sum, count) gives every rank the "
+                "total."]
+    if sum(ops.values()) > 1:
+        return [say("it calls {count} collectives ({ops}); one allreduce of a (sum, count) pair is enough.",
+                    count=sum(ops.values()), ops=", ".join(sorted(ops)))]
+    return []
+
+
+GLOBAL_MEAN = Exercise(
+    "global_mean", "global_mean",
+    "_start = sum(7 + r for r in range(rank))\n"
+    "float(global_mean(np.arange(_start, _start + 7 + rank, dtype=float) ** 2))",
+    _verify_global_mean, _pattern_global_mean)
+
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
-    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP)}
+    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN)}
