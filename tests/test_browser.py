@@ -215,3 +215,24 @@ def _rank_shown(page, timeout: float = 30) -> int:
             return int(shown.group(1))
         assert time.monotonic() < deadline, f"the panel shows {stack!r} and {variables!r}"
         time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+def test_inspect_and_stacks_render_in_jupyterlab(tmp_path, artifacts, existing_pools):
+    write_notebook(str(tmp_path / "views.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 3\nimport numpy as np\nv = np.arange(5.0)\nif rank == 1:\n    v[3] = -1",
+        "%mpi inspect v",
+        "%mpi stacks",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "views.ipynb") as page:
+        run_all(page)
+        table = page.wait_for_selector(".mpinb-inspect table", timeout=120_000)
+        odd = table.query_selector_all("tr[style*='fde2c8']")
+        assert [row.inner_text().split("\t")[0] for row in odd] == ["rank 1"], "the rank that differs is marked"
+        assert "first: [3]: -1 vs 3" in page.locator(".mpinb-inspect").inner_text()
+        assert page.locator(".mpinb-inspect svg rect[fill='#e8822a']").count() == 1, "its bar is orange"
+        stacks = page.wait_for_selector(".mpinb-stacks", timeout=60_000)
+        assert stacks.inner_text().splitlines() == ["3 ranks: 3 idle", "ranks 0-2: idle"]
+        page.screenshot(path=os.path.join(artifacts, "inspect-and-stacks.png"))
+    assert not wait_until_gone(15, existing_pools)
