@@ -63,7 +63,7 @@ class Direct(_Sent):
             if not over or msg_id in self._checked:
                 continue
             self._checked.add(msg_id)
-            reply = _fetch(self.client, msg_id, timeout=1)
+            reply = fetch_reply(self.client, msg_id, timeout=1)
             if isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error")):
                 return True
         return False
@@ -76,7 +76,7 @@ class Direct(_Sent):
                 return list(self.request.get())
             except Exception:  # noqa: BLE001 - fall through to one message at a time
                 pass
-        return [_fetch(self.client, msg_id, timeout=5) if over else None
+        return [fetch_reply(self.client, msg_id, timeout=5) if over else None
                 for msg_id, over in zip(self.msg_ids, self.finished())]
 
     def wait_for_output(self, timeout: float) -> None:
@@ -86,7 +86,10 @@ class Direct(_Sent):
         """Nothing to clean: ipyparallel drops the metadata of its own requests."""
 
 
-def _fetch(client: Any, msg_id: str, timeout: float) -> RankReply:
+def fetch_reply(client: Any, msg_id: str, timeout: float) -> RankReply:
+    """The reply to ``msg_id``, or the error it raised. Called once ``msg_id`` has left
+    ``client.outstanding``: ipyparallel's io thread removes it there a moment before it stores the
+    result, so the reply is waited for, briefly, rather than taken as it is."""
     try:
         return client.get_result(msg_id).get(timeout=timeout)
     except Exception as err:  # noqa: BLE001 - a rank's failure is data here

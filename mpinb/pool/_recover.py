@@ -27,6 +27,7 @@ from .._language import say
 from .._protocol import Settled
 from .._ranges import format_ranks
 from . import _stacks
+from ._pending import fetch_reply
 
 # A rank still running this long after the interrupt is interrupted once more: it may have
 # started its part only after the first one, or its code caught the KeyboardInterrupt.
@@ -126,12 +127,12 @@ def fresh_world(supervisor: Any, generation: int) -> str | None:
             if rank in answered or msg_id in client.outstanding:
                 continue
             answered.add(rank)
-            try:
-                why = client.get_result(msg_id).get(0)
-            except Exception as err:  # noqa: BLE001 - said in the pool's message, then fresh processes
-                why = f"{type(err).__name__}: {err}"
-            if why is not None:
-                refusals.setdefault(why, []).append(rank)
+            reply = fetch_reply(client, msg_id, timeout=5)
+            if reply is None:
+                continue
+            # a refusal or an error is said in the pool's message, then fresh processes start
+            why = f"{type(reply).__name__}: {reply}" if isinstance(reply, BaseException) else str(reply)
+            refusals.setdefault(why, []).append(rank)
     return "; ".join(f"{format_ranks(ranks, word=True)}: {why}" for why, ranks in refusals.items()) or None
 
 
