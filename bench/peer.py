@@ -6,7 +6,7 @@ from typing import Any
 
 import psutil
 
-from mpinb.pool._supervisor import mpi_segments, remove_segments
+from mpinb.pool._watchdog import mpi_segments, remove_segments
 
 
 def stop_ipyparallel(cluster: Any, client: Any = None) -> None:

@@ -20,7 +20,7 @@ import psutil
 
 import mpinb
 from mpinb.pool import find_mpiexec
-from mpinb.pool._supervisor import remove_segments
+from mpinb.pool._watchdog import remove_segments
 
 from .peer import peer_segments, stop_ipyparallel
 

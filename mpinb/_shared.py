@@ -41,8 +41,8 @@ def write(array: np.ndarray) -> SharedArray:
     """``array`` in a new file in shared memory; ``OSError`` if it does not fit (the caller then
     sends it the usual way)."""
     path = os.path.join(SHARED_MEMORY, f"mpinb-{os.getpid()}-{uuid.uuid4().hex}")
-    try:
-        with open(path, "xb") as handle:
+    try:  # readable by this user only: /dev/shm is every user's
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
             handle.write(_contiguous(array).reshape(-1).view("u1").data)
     except BaseException:
         remove(path)

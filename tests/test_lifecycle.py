@@ -86,7 +86,7 @@ def test_start_stop_restart_leave_nothing_behind(existing_pools):
 def _mpi_segments() -> set[str]:
     import glob
 
-    from mpinb.pool._supervisor import MPI_SEGMENT_PREFIXES
+    from mpinb.pool._watchdog import MPI_SEGMENT_PREFIXES
 
     return {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}
 

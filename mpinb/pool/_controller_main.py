@@ -1,5 +1,5 @@
 """Entry point of the pool's ipyparallel controller: ipyparallel's own, with a heartbeat that
-starts fast and then slows down.
+starts fast and then slows down, and Unix sockets named as its clients and engines name them.
 
 A rank counts as registered only after its heart has answered a ping, so the heartbeat period
 bounds how long start-up waits (two beats: 6 s with ipyparallel's default). A fast beat costs CPU
@@ -8,6 +8,10 @@ idle pool. So the monitor beats every ``MPINB_FAST_BEAT_MS`` until the ``MPINB_E
 ranks have registered (or ``FAST_PHASE_LIMIT_S`` has passed), then at the configured period. A
 heart is declared dead after the same time without answers in both phases, not the same count.
 
+Over ``ipc``, ipyparallel's controller binds ``<prefix>-<port>`` while its client and engines
+connect to ``<prefix>:<port>`` (ipyparallel 9): the controller here spells it their way, so that a
+local pool can listen on Unix sockets in its private folder only (see ``_runfolder``).
+
 Run as a script: the heart monitor runs in a forked process that inherits the patched class.
 """
 
@@ -15,7 +19,7 @@ import math
 import os
 import time
 
-from ipyparallel.controller.app import main
+from ipyparallel.controller.app import IPController, main
 from ipyparallel.controller.heartmonitor import HeartMonitor
 
 FAST_PHASE_LIMIT_S = 120.0
@@ -47,6 +51,13 @@ def _beat_then_maybe_slow_down(self: HeartMonitor) -> None:
         self.caller.callback_time = self._slow_period
 
 
+def _url_as_clients_spell_it(self: IPController, kind: str, channel: str, index: int | None = None) -> str:
+    info = {"engine": self.engine_info, "client": self.client_info, "internal": self.internal_info}[kind]
+    port = info[channel] if index is None else info[channel][index]
+    return f"{info['interface']}:{port}"
+
+
+IPController.construct_url = _url_as_clients_spell_it
 HeartMonitor.start = _start_fast
 HeartMonitor.beat = _beat_then_maybe_slow_down
 

@@ -14,19 +14,18 @@ from __future__ import annotations
 import os
 import select
 import socket
-import tempfile
 import threading
 import time
 
 
 class DeathWatch:
-    """Records ``rank -> time of death``; ranks connect to :attr:`address` when they start."""
+    """Records ``rank -> time of death``; ranks connect to :attr:`address` when they start.
+    Its socket is made in ``folder``, which only this user may enter (see ``_runfolder``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str) -> None:
         self.died: dict[int, tuple[int, float]] = {}  # rank -> (poll round, time)
         self.aborted: dict[int, int] = {}  # rank -> the error code it passed to Abort
-        self._folder = tempfile.mkdtemp(prefix="mpinb-deathwatch-")
-        self.address = os.path.join(self._folder, "socket")
+        self.address = os.path.join(folder, "deathwatch")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.address)
         self._listener.listen(1024)
@@ -130,6 +129,5 @@ class DeathWatch:
         self._listener.close()
         try:
             os.remove(self.address)
-            os.rmdir(self._folder)
         except OSError:
             pass

@@ -9,13 +9,13 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import psutil
@@ -42,7 +42,8 @@ from ._launch import (
     srun_arguments,
 )
 from ._pending import Pending, Relayed
-from ._watchdog import in_sessions
+from ._runfolder import make_run_folder
+from ._watchdog import in_sessions, mpi_segments, remove_segments
 
 _POLL = 0.01
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
@@ -76,6 +77,7 @@ class Supervisor:
         self.relayed_runs = itertools.count(1)  # numbers of relayed runs (see mpinb.rank._relay.relay)
         self.last_relayed = 0
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
+        self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -83,12 +85,18 @@ class Supervisor:
         """Launch the controller and the ranks; return once every rank answers."""
         check_memory(self.settings)
         environment = rank_environment(self.settings)
-        self.cluster = self._configured_cluster(environment)
+        self.run_folder = make_run_folder()
         self._start_watchdog()
-        if self.settings.on_this_host:  # these ranks report for duty to it when they start (see _deathwatch)
-            self.deaths = DeathWatch()
-            environment[DEATHWATCH_ENVIRONMENT] = self.deaths.address
         try:
+            self.cluster = self._configured_cluster(environment)
+        except BaseException:
+            self.shutdown()
+            raise
+        self._sweep_if_we_die(self.cluster)
+        try:
+            if self.settings.on_this_host:  # these ranks report for duty to it when they start (see _deathwatch)
+                self.deaths = DeathWatch(self.run_folder)
+                environment[DEATHWATCH_ENVIRONMENT] = self.deaths.address
             self.cluster.start_controller_sync()
             self._watch(self.cluster.controller)
             self.cluster.start_engines_sync(self.settings.n, engine_args=self._engine_args(),
@@ -117,6 +125,10 @@ class Supervisor:
         ]
         if not self.settings.on_this_host:
             args.append("--mpi")  # engine id = MPI rank, as with the local launcher
+        if self.private_sockets:
+            # ipyparallel's engine otherwise listens on loopback TCP to watch the controller's
+            # heartbeat; the watchdog and the shutdown end local ranks whose controller is gone.
+            args.append("--IPEngine.max_heartbeat_misses=0")
         return args
 
     def _configured_cluster(self, environment: dict[str, str]) -> Any:
@@ -131,6 +143,8 @@ class Supervisor:
             cluster_kw["controller_location"] = controller_location()
         if self.controller_ip:
             cluster_kw["controller_ip"] = self.controller_ip
+        assert self.run_folder is not None
+        listen = self._private_sockets_arguments(self.run_folder) if self.private_sockets else []
         launcher_class = "mpi" if settings.local or settings.launcher == ALLOCATION_LAUNCHER else settings.launcher
         cluster = ipp.Cluster(
             engines=launcher_class,
@@ -141,6 +155,7 @@ class Supervisor:
                 f"--HeartMonitor.period={_HEARTBEAT_MS}",
                 "--IPController.broadcast_scheduler_depth=0",  # we use direct views only
                 "--log-level=WARN",
+                *listen,
             ],
             # Local engines find the connection file themselves, so they can start (and spend
             # their import time) while the controller is still coming up.
@@ -149,6 +164,9 @@ class Supervisor:
             log_level=40,
             **cluster_kw,
         )
+        # The logs hold every rank's output: readable by this user only, as the profile's files.
+        _private_folder(cluster.profile_dir)
+        _private_folder(os.path.join(cluster.profile_dir, "log"))
         # In the profile (under $HOME, which a cluster's nodes share), readable by this user only.
         self.stacks_folder = _private_folder(os.path.join(cluster.profile_dir, "stacks", cluster.cluster_id))
         environment[STACKS_ENVIRONMENT] = self.stacks_folder
@@ -176,6 +194,35 @@ class Supervisor:
         for key, value in settings.launcher_options.items():
             launcher_config[key] = value
         return cluster
+
+    @property
+    def private_sockets(self) -> bool:
+        """Whether the pool listens on Unix sockets in its private folder only: when every rank
+        runs on this host and no address was asked for (see _runfolder)."""
+        return self.settings.on_this_host and not self.controller_ip
+
+    @staticmethod
+    def _private_sockets_arguments(folder: str) -> list[str]:
+        prefix = os.path.join(folder, "c")  # ipyparallel names each socket <prefix>-<number>
+        return ["--IPController.transport=ipc", f"--IPController.engine_ip={prefix}",
+                f"--IPController.client_ip={prefix}", f"--IPController.monitor_ip={prefix}"]
+
+    def _sweep_if_we_die(self, cluster: Any) -> None:
+        """Tell the watchdog what this pool leaves on disk if the notebook dies without stopping
+        it: its folders, ipyparallel's connection and log files, and the shared-memory files of
+        data moves (see mpinb._shared)."""
+        from .._shared import SHARED_MEMORY
+
+        security = os.path.join(cluster.profile_dir, "security")
+        self._tell_watchdog("sweep", self.run_folder or "", self.stacks_folder or "",
+                            os.path.join(security, f"*{cluster.cluster_id}*"),
+                            os.path.join(cluster.profile_dir, "log", f"*{cluster.cluster_id}*"),
+                            os.path.join(SHARED_MEMORY, f"mpinb-{os.getpid()}-*"))
+
+    def _tell_watchdog(self, command: str, *args: str) -> None:
+        assert self._watchdog is not None and self._watchdog.stdin is not None
+        self._watchdog.stdin.write("".join(f"{command} {arg}\n" for arg in args if arg))
+        self._watchdog.stdin.flush()
 
     def _wait_for_ranks(self) -> None:
         n = self.settings.n
@@ -218,20 +265,28 @@ class Supervisor:
         n = self.settings.n
         if n == 1:
             return
-        toward = "127.0.0.1" if self.settings.on_this_host else (
-            self.controller_ip if self.controller_ip not in (None, "*") else controller_location())
+        if self.private_sockets:
+            assert self.run_folder is not None
+            where = "ipc://" + os.path.join(self.run_folder, "relay")
+        elif self.settings.on_this_host:
+            where = "127.0.0.1"
+        else:
+            where = self.controller_ip if self.controller_ip not in (None, "*") else controller_location()
+        # Without ipyparallel's session key (CurveZMQ encrypts its channel instead), the relay's
+        # key travels through that encrypted channel; otherwise the ranks derive theirs from it.
+        key = None if self.client.session.key else secrets.token_bytes(32)
         leader = self.client[self.engine_of[0]]
-        addresses = leader.apply_async(_rank.open_hub, toward).get(timeout=self.start_timeout)
-        others = self.client.direct_view(self.engines(list(range(1, n))))
-        others.apply_async(_rank.join, addresses).get(timeout=self.start_timeout)
-        members = leader.apply_async(_rank.hub_ready, n - 1, RELAY_JOIN_TIMEOUT).get(
+        addresses = leader.apply_async(_rank.open_hub, where, key).get(timeout=self.start_timeout)
+        others = list(range(1, n))
+        self.view(others).apply_async(_rank.join, addresses, key).get(timeout=self.start_timeout)
+        joined = leader.apply_async(_rank.hub_ready, others, RELAY_JOIN_TIMEOUT).get(
             timeout=RELAY_JOIN_TIMEOUT + self.start_timeout)
-        if members < n - 1:
+        if len(joined) < n - 1:
+            missing = format_ranks(sorted(set(others) - set(joined)), word=True)
             raise PoolStartError(
-                f"only {members} of {n - 1} ranks could reach rank 0 at {addresses[0]} within "
-                f"{RELAY_JOIN_TIMEOUT:g} s (rank 0 relays each run to the others): a firewall between "
-                "the hosts, or a name that resolves differently on them? Pool(controller_ip=...) "
-                "sets the address to use."
+                f"{missing} could not reach rank 0 at {addresses[0]} within {RELAY_JOIN_TIMEOUT:g} s "
+                "(rank 0 relays each run to the others): a firewall between the hosts, or a name that "
+                "resolves differently on them? Pool(controller_ip=...) sets the address to use."
             )
         self.relaying = True
 
@@ -308,9 +363,7 @@ class Supervisor:
         except psutil.Error:
             return
         self._processes.append(proc)
-        assert self._watchdog is not None and self._watchdog.stdin is not None
-        self._watchdog.stdin.write(f"watch {pid}\n")
-        self._watchdog.stdin.flush()
+        self._tell_watchdog("watch", str(pid))
 
     def launcher_output(self) -> str:
         return "".join(_launcher_output(es) for es in self.cluster.engines.values())
@@ -451,9 +504,10 @@ class Supervisor:
         self._processes.clear()
         remove_segments(self._mpi_segments)
         self._mpi_segments = set()
-        if self.stacks_folder is not None:
-            shutil.rmtree(self.stacks_folder, ignore_errors=True)
-            self.stacks_folder = None
+        for folder in (self.stacks_folder, self.run_folder):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.stacks_folder = self.run_folder = None
         self._release_watchdog()
 
     def _launched_processes(self) -> list[psutil.Process]:
@@ -484,37 +538,6 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self._watchdog.kill()
         self._watchdog = None
-
-
-# Shared-memory files of MPICH and Open MPI. A rank unlinks them in MPI_Finalize, which ranks of
-# a pool never call (see rank/_engine_main.py): without this, every stopped pool left its
-# segments in /dev/shm (5 GB after a day of tests here).
-MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")
-
-
-def mpi_segments(pids: Iterable[int]) -> set[tuple[str, int]]:
-    """The MPI shared-memory files (path, inode) that these processes have mapped."""
-    found = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as handle:
-                for line in handle:
-                    fields = line.rstrip("\n").split(maxsplit=5)
-                    if len(fields) == 6 and fields[5].startswith(MPI_SEGMENT_PREFIXES):
-                        found.add((fields[5], int(fields[4])))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def remove_segments(segments: set[tuple[str, int]]) -> None:
-    """Unlink each file that is still the one the ranks mapped (a new job may reuse its name)."""
-    for path, inode in segments:
-        try:
-            if os.stat(path).st_ino == inode:
-                os.unlink(path)
-        except OSError:
-            pass
 
 
 def _still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:

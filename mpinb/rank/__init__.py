@@ -60,25 +60,25 @@ def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Li
     return run_file(path, args, stdin, cwd, limits)
 
 
-def open_hub(toward: str) -> tuple[str, str]:
+def open_hub(where: str, key: bytes | None = None) -> tuple[str, str]:
     """On rank 0: open the relay of runs (see :mod:`._relay`)."""
     from ._relay import open_hub
 
-    return open_hub(toward)
+    return open_hub(where, key)
 
 
-def join(addresses: tuple[str, str]) -> None:
+def join(addresses: tuple[str, str], key: bytes | None = None) -> None:
     """On the other ranks: follow rank 0's relay (see :mod:`._relay`)."""
     from ._relay import join
 
-    join(addresses)
+    join(addresses, key)
 
 
-def hub_ready(members: int, timeout: float) -> int:
-    """On rank 0: how many ranks follow the relay, once all do or ``timeout`` passed."""
+def hub_ready(ranks: list[int], timeout: float) -> list[int]:
+    """On rank 0: the ranks that follow the relay, once all do or ``timeout`` passed."""
     from ._relay import hub_ready
 
-    return hub_ready(members, timeout)
+    return hub_ready(ranks, timeout)
 
 
 def relay(call: str, args: tuple, ranks: list[int], cell: int) -> list[Reply | bytes | None]:

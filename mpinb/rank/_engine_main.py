@@ -80,7 +80,7 @@ def _remove_mpi_segments() -> None:
         return
     for path, inode in mapped:
         path = path.strip()
-        # MPI_SEGMENT_PREFIXES of pool/_supervisor.py (this script imports nothing of mpinb)
+        # MPI_SEGMENT_PREFIXES of pool/_watchdog.py (this script imports nothing of mpinb)
         if not path.startswith(("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")):
             continue
         try:

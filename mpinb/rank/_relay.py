@@ -6,8 +6,12 @@ and at a thousand ranks they would be all of it).
 Idle ranks sit in their engine's event loop, not in MPI (a blocking MPI wait spins), so the relay
 is ZeroMQ: rank 0 publishes each run on a PUB socket that every other rank subscribes to from its
 event loop, and the others push their replies to rank 0. None of this touches MPI, so user code
-sees exactly the MPI state it would under ``mpiexec``. Messages are signed with the engines'
-session key, as ipyparallel signs its own: only the pool's processes can inject a run or a reply.
+sees exactly the MPI state it would under ``mpiexec``. Every message is signed with a key derived
+from the engines' session key (or, where ipyparallel runs without one, encrypted by CurveZMQ, a
+key the notebook sent through that encrypted channel); a relay never runs unsigned. Only the
+pool's processes can inject a run or a reply, and only a rank that answers with a signed hello
+counts as joined. A pool on one host listens on Unix sockets in its private folder, which no
+other user can reach (see ``mpinb.pool._runfolder``).
 
 Each rank's output and status still go to the notebook directly (ipyparallel's IOPub), under a
 per-rank id derived from rank 0's request (``<msg_id>/<rank>``), and only when there is something
@@ -37,6 +41,8 @@ from . import _output, _waiting
 # once, and one that does not is reported as still running (the notebook waits 2 s in all).
 GATHER_AFTER_INTERRUPT = 1.0
 _POLL_MS = 100  # rank 0 looks at the interrupt count this often while it gathers
+_HELLO_EVERY_MS = 20  # rank 0 pings this often until every rank has said hello
+_HELLO = b"hello"
 
 _RUNS = ("run_cell", "run_file")
 # How long a relayed rank holds back what it prints (see _HeldOutput); the same moment after which
@@ -52,6 +58,9 @@ def _kernel() -> Any:
 
 class _Signer:
     def __init__(self, key: bytes):
+        if not key:
+            raise ValueError("the relay of runs never runs without a key: anyone who can reach its sockets "
+                             "could then send the notebook a reply to unpickle")
         self._key = key
 
     def sign(self, *frames: bytes) -> bytes:
@@ -70,29 +79,34 @@ class _Signer:
 class _Hub:
     """Rank 0's end: publishes runs, gathers replies."""
 
-    def __init__(self, address: str, signer: _Signer):
+    def __init__(self, endpoints: tuple[str, str], signer: _Signer):
         context: zmq.Context = zmq.Context.instance()
         self.signer = signer
-        self.runs = context.socket(zmq.XPUB)
-        self.runs.setsockopt(zmq.XPUB_VERBOSE, 1)  # one subscription message per member
+        self.runs = context.socket(zmq.PUB)
         self.runs.setsockopt(zmq.LINGER, 0)
         self.replies = context.socket(zmq.PULL)
         self.replies.setsockopt(zmq.LINGER, 0)
-        self.runs.bind(f"tcp://{address}:0")
-        self.replies.bind(f"tcp://{address}:0")
-        self.members = 0
+        self.runs.bind(endpoints[0])
+        self.replies.bind(endpoints[1])
+        self.members: set[int] = set()
 
     def addresses(self) -> tuple[str, str]:
         return (self.runs.getsockopt_string(zmq.LAST_ENDPOINT),
                 self.replies.getsockopt_string(zmq.LAST_ENDPOINT))
 
-    def wait_for_members(self, count: int, timeout: float) -> int:
+    def wait_for_members(self, ranks: set[int], timeout: float) -> set[int]:
+        """Ping until each of ``ranks`` has answered with a signed hello (proof that it hears the
+        runs and that its replies arrive), or ``timeout`` passed; the ranks that did."""
         deadline = time.monotonic() + timeout
-        while self.members < count and time.monotonic() < deadline:
-            if self.runs.poll(_POLL_MS):
-                if self.runs.recv().startswith(b"\x01"):
-                    self.members += 1
-        return self.members
+        while not ranks <= self.members and time.monotonic() < deadline:
+            self.publish(b"ping", b"")
+            if not self.replies.poll(_HELLO_EVERY_MS):
+                continue
+            while self.replies.poll(0):
+                body = self.signer.check(self.replies.recv_multipart())
+                if body is not None and body[1] == _HELLO:
+                    self.members.add(int(body[0].split()[1]))
+        return self.members & ranks
 
     def publish(self, kind: bytes, payload: bytes) -> None:
         self.runs.send_multipart([kind, payload, self.signer.sign(kind, payload)])
@@ -120,7 +134,7 @@ class _Hub:
                 continue
             header, reply = body
             their_cell, rank = map(int, header.split())
-            if their_cell == cell and rank in ranks:  # older ones: replies to an abandoned run
+            if their_cell == cell and rank in ranks:  # older ones, and hellos (cell 0): not this run's
                 got[rank] = reply
         return got
 
@@ -160,6 +174,9 @@ class _Member:
         if kind == b"over":
             self.finished_cell = max(self.finished_cell, int(payload))
             return
+        if kind == b"ping":
+            self.push(0, _HELLO)
+            return
         cell, call, args, ranks, header = pickle.loads(payload)
         if self.rank not in ranks or cell <= self.skip_through:
             return
@@ -179,9 +196,12 @@ class _Member:
         if not _announce_now(reply):
             _kernel().io_loop.call_later(_waiting.REPORT_AFTER, self._announce_if_still_running,
                                          cell, mine)
-        encoded = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        header_bytes = f"{cell} {self.rank}".encode()
-        self.replies.send_multipart([header_bytes, encoded, self.signer.sign(header_bytes, encoded)])
+        self.push(cell, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def push(self, cell: int, payload: bytes) -> None:
+        """Send rank 0 ``payload``: this rank's reply to run ``cell`` (0: a hello)."""
+        header = f"{cell} {self.rank}".encode()
+        self.replies.send_multipart([header, payload, self.signer.sign(header, payload)])
 
     def _read_ahead(self) -> None:
         """Read what rank 0 has published since this run (a busy or starved rank reads late): an
@@ -195,7 +215,7 @@ class _Member:
             body = self.signer.check(frames)
             if body is not None and body[0] == b"over":
                 self.finished_cell = max(self.finished_cell, int(body[1]))
-            elif body is not None:
+            elif body is not None and body[0] != b"ping":
                 self._backlog.append(frames)
 
     def _announce_if_still_running(self, cell: int, parent: dict) -> None:
@@ -337,33 +357,45 @@ _hub: _Hub | None = None
 _member: _Member | None = None
 
 
-def _signer() -> _Signer:
-    return _Signer(_kernel().session.key)
+def _signer(key: bytes | None) -> _Signer:
+    """The relay's signer: a key derived from the engines' session key, so that no secret need
+    travel; ``key`` (sent by the notebook over ipyparallel's CurveZMQ-encrypted channel) where
+    ipyparallel runs without a session key."""
+    session_key = _kernel().session.key
+    if session_key:
+        return _Signer(hmac.new(session_key, b"mpinb relay", hashlib.sha256).digest())
+    return _Signer(key or b"")
 
 
-def open_hub(toward: str) -> tuple[str, str]:
-    """On rank 0: bind the relay's sockets on the address that reaches ``toward`` (the
-    controller's host); return their addresses for the other ranks."""
+def open_hub(where: str, key: bytes | None = None) -> tuple[str, str]:
+    """On rank 0: bind the relay's sockets, at ``where`` (an ``ipc://`` prefix in the pool's
+    private folder) or on the address that reaches the host ``where`` (the controller's);
+    return their addresses for the other ranks."""
     global _hub
     if _hub is None:
-        _hub = _Hub(_local_address(toward), _signer())
+        if where.startswith("ipc://"):
+            endpoints = (f"{where}-runs", f"{where}-replies")
+        else:
+            address = _local_address(where)
+            endpoints = (f"tcp://{address}:0", f"tcp://{address}:0")
+        _hub = _Hub(endpoints, _signer(key))
     return _hub.addresses()
 
 
-def join(addresses: tuple[str, str]) -> None:
+def join(addresses: tuple[str, str], key: bytes | None = None) -> None:
     """On every other rank: subscribe to rank 0's runs."""
     global _member
     if _member is None:
         from mpi4py import MPI
 
-        _member = _Member(addresses, _signer(), MPI.COMM_WORLD.Get_rank())
+        _member = _Member(addresses, _signer(key), MPI.COMM_WORLD.Get_rank())
 
 
-def hub_ready(members: int, timeout: float) -> int:
-    """On rank 0: wait until ``members`` ranks subscribed (a run published before a subscription
-    arrives would be lost to that rank); the number that did."""
+def hub_ready(ranks: list[int], timeout: float) -> list[int]:
+    """On rank 0: wait until ``ranks`` have joined (a run published before a rank subscribed
+    would be lost to it); the ranks that did."""
     assert _hub is not None
-    return _hub.wait_for_members(members, timeout)
+    return sorted(_hub.wait_for_members(set(ranks), timeout))
 
 
 def skip_runs_through(cell: int) -> None:

@@ -1,0 +1,172 @@
+"""A pool on a shared host: nobody but its user can reach it, read its files or forge its messages,
+and a notebook killed outright leaves nothing behind (see the README's "Security")."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import zmq
+from conftest import wait_until_gone
+
+import mpinb
+from mpinb.pool._watchdog import MPI_SEGMENT_PREFIXES
+
+STRANGER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+can_be_a_stranger = os.geteuid() == 0 and psutil.POSIX and os.path.exists("/usr/bin/setpriv")
+
+
+def _private(path: str) -> bool:
+    info = os.lstat(path)
+    return info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
+
+
+# Where each rank's ZeroMQ sockets are bound or connected (a cell: run on the ranks).
+ZMQ_ENDPOINTS = """
+import gc as _gc, zmq as _zmq
+_found = []
+for _thing in _gc.get_objects():
+    try:
+        if isinstance(_thing, _zmq.Socket) and not _thing.closed:
+            _found.append(_thing.getsockopt_string(_zmq.LAST_ENDPOINT))
+    except Exception:
+        pass
+_found
+"""
+
+
+def test_a_local_pool_listens_in_a_folder_of_its_user_only():
+    with mpinb.Pool(3) as pool:
+        supervisor = pool._supervisor
+        folder = supervisor.run_folder
+        assert folder and _private(folder) and _private(os.path.dirname(folder))
+        sockets = os.listdir(folder)
+        assert "deathwatch" in sockets and "relay-runs" in sockets and any(name.startswith("c:") for name in sockets)
+        controller = psutil.Process(supervisor.cluster.controller.pid)
+        listening = [c for proc in [controller, *controller.children(recursive=True)]
+                     for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert not listening, f"the controller listens on the network: {listening}"
+        for rank, ends in pool.run(ZMQ_ENDPOINTS).value.items():
+            assert ends and not [end for end in ends if end.startswith("tcp://")], (rank, ends)
+        assert pool.run("comm.allreduce(rank)").value == {0: 3, 1: 3, 2: 3}
+        if can_be_a_stranger:
+            probe = textwrap.dedent(f"""
+                import os, socket
+                folder = {folder!r}
+                for name in ["deathwatch", "relay-runs", *[n for n in {sockets!r} if n.startswith("c:")]]:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        s.connect(os.path.join(folder, name))
+                    except PermissionError:
+                        continue
+                    print("reached", name)
+                try:
+                    os.listdir(folder)
+                    print("listed the folder")
+                except PermissionError:
+                    pass
+            """)
+            stranger = subprocess.run([*STRANGER, "/usr/bin/python3", "-c", probe],
+                                      capture_output=True, text=True, timeout=30)
+            assert stranger.returncode == 0, stranger.stderr
+            assert stranger.stdout == "", f"another user reached the pool: {stranger.stdout}"
+    assert not os.path.exists(folder), "the folder goes with the pool"
+
+
+def test_the_profile_logs_and_shared_memory_files_are_private():
+    from mpinb import _shared
+
+    np = pytest.importorskip("numpy")
+    with mpinb.Pool(2) as pool:
+        profile = pool._supervisor.cluster.profile_dir
+        for folder in (profile, os.path.join(profile, "log"), os.path.join(profile, "security")):
+            assert _private(folder), folder
+        pool.push({"big": np.arange(2**18, dtype=float)})  # 2 MB: through /dev/shm
+        assert pool.run("float(big.sum())").value[1] == float(np.arange(2**18).sum())
+    shared = _shared.write(np.ones(2**18))
+    try:
+        assert stat.S_IMODE(os.stat(shared["path"]).st_mode) == 0o600
+    finally:
+        _shared.remove(shared["path"])
+
+
+def test_the_relay_never_signs_with_an_empty_key():
+    from mpinb.rank._relay import _Signer
+
+    with pytest.raises(ValueError, match="never runs without a key"):
+        _Signer(b"")
+
+
+def test_only_a_rank_that_says_a_signed_hello_counts_as_joined():
+    """A stranger's subscription (ZeroMQ counts it like any other) or unsigned hello is no rank."""
+    from mpinb.rank._relay import _HELLO, _Hub, _Signer
+
+    signer = _Signer(os.urandom(32))
+    hub = _Hub(("tcp://127.0.0.1:0", "tcp://127.0.0.1:0"), signer)
+    runs, replies = hub.addresses()
+    context = zmq.Context.instance()
+    listener, speaker = context.socket(zmq.SUB), context.socket(zmq.PUSH)
+    try:
+        listener.setsockopt(zmq.SUBSCRIBE, b"")
+        listener.connect(runs)
+        speaker.connect(replies)
+        speaker.send_multipart([b"0 1", _HELLO, b"a forged signature"])
+        assert hub.wait_for_members({1}, timeout=0.5) == set()
+        speaker.send_multipart([b"0 1", _HELLO, _Signer(b"another key").sign(b"0 1", _HELLO)])
+        assert hub.wait_for_members({1}, timeout=0.5) == set()
+        speaker.send_multipart([b"0 1", _HELLO, signer.sign(b"0 1", _HELLO)])
+        assert hub.wait_for_members({1}, timeout=5) == {1}
+    finally:
+        for sock in (listener, speaker, hub.runs, hub.replies):
+            sock.close(linger=0)
+
+
+def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
+    """SIGKILL gives the notebook no chance to clean up: the watchdog sweeps what the pool made."""
+    segments_before = {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import json, os, sys
+            import mpinb
+            pool = mpinb.Pool(3).start()
+            pool.run("import numpy as np\\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
+            supervisor = pool._supervisor
+            cluster = supervisor.cluster
+            print(json.dumps({"run": supervisor.run_folder, "stacks": supervisor.stacks_folder,
+                              "profile": cluster.profile_dir, "id": cluster.cluster_id,
+                              "pids": [row["pid"] for row in pool.status()]}), flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        made = json.loads(owner.stdout.readline())
+        pattern = f"*{made['id']}*"
+        files = [*glob.glob(os.path.join(made["profile"], "security", pattern)),
+                 *glob.glob(os.path.join(made["profile"], "log", pattern))]
+        assert files and os.path.isdir(made["run"]) and os.path.isdir(made["stacks"])
+        segments = {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")} - segments_before
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(5)
+        assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"
+        deadline = time.monotonic() + 10
+        left = None
+        while time.monotonic() < deadline:
+            left = [path for path in [made["run"], made["stacks"], *files, *segments] if os.path.exists(path)]
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, f"left behind after the notebook was killed: {left}"
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                       for pid in made["pids"])
+    finally:
+        owner.kill()
