@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+
+MAX_LISTED = 100  # items per rank of the pool that an iterator of targets may yield (repeats included)
 
 Targets = int | str | Iterable[int] | None
 """Which ranks: ``None`` (all), a rank, ranks, a ``range``, or text such as ``"0,2-3"``."""
@@ -28,7 +30,8 @@ def rank_count_in_text(text: str, what: str) -> int:
 def parse_ranks(spec: Targets, size: int) -> list[int]:
     """Turn a targets spec (int, iterable of ints, range, or ``"0,2-3"``) into sorted unique ranks.
 
-    Raises ``ValueError`` naming the offending part when a rank is outside ``0..size-1``.
+    Raises ``ValueError`` naming the offending part when a rank is outside ``0..size-1``; ranges
+    are checked before they are expanded (``"0-3000000000"`` fails at once, in no memory).
     """
     if spec is None or (isinstance(spec, str) and spec.strip() in ("", "all", "*")):
         return list(range(size))
@@ -47,21 +50,36 @@ def parse_ranks(spec: Targets, size: int) -> list[int]:
                     first, last = int(lo), int(hi)
                     if last < first:
                         raise ValueError(f"rank range {part!r} runs backwards")
+                    _check_ends(first, last, size)
                     ranks.extend(range(first, last + 1))
                 else:
                     ranks.append(int(part))
             except ValueError as err:
-                if "backwards" in str(err):
+                if "backwards" in str(err) or "outside the pool" in str(err):
                     raise
                 raise ValueError(
                     f"cannot read targets {spec!r}: write ranks like '0,2-3'"
                 ) from None
-    elif isinstance(spec, Iterable):
+    elif isinstance(spec, range):
+        if len(spec):
+            _check_ends(min(spec[0], spec[-1]), max(spec[0], spec[-1]), size)
+        ranks = list(spec)
+    elif isinstance(spec, Collection):
         ranks = []
         for item in spec:
             if isinstance(item, bool) or not isinstance(item, int):
                 raise TypeError(f"targets must be integer ranks, got {item!r}")
             ranks.append(item)
+    elif isinstance(spec, Iterable):
+        ranks = []
+        for item in spec:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise TypeError(f"targets must be integer ranks, got {item!r}")
+            _check_ends(item, item, size)  # at the first: an endless iterator must not run on
+            ranks.append(item)
+            if len(ranks) > MAX_LISTED * max(size, 1):
+                raise ValueError(f"targets lists more than {MAX_LISTED} ranks per rank of the pool: "
+                                 "give each rank once")
     else:
         raise TypeError(f"targets must be an int, a list, a range or a string like '0,2-3', not {spec!r}")
     bad = sorted({r for r in ranks if not 0 <= r < size})
@@ -72,6 +90,15 @@ def parse_ranks(spec: Targets, size: int) -> list[int]:
     if not ranks:
         raise ValueError("targets selects no rank")
     return sorted(set(ranks))
+
+
+def _check_ends(first: int, last: int, size: int) -> None:
+    """Ranks ``first..last`` within the pool, told as :func:`parse_ranks` tells any bad rank."""
+    spans = [(first, min(last, -1)), (max(first, size), last)]
+    bad = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in spans if lo <= hi]
+    if bad:
+        word = "rank" if len(bad) == 1 and "-" not in bad[0][1:] else "ranks"
+        raise ValueError(f"{word} {', '.join(bad)} outside the pool: it has {size} ranks (0-{size - 1})")
 
 
 def format_ranks(ranks: Iterable[int], word: bool = False) -> str:

@@ -21,6 +21,69 @@ def test_bad_sizes_are_refused_before_anything_starts(n, error):
         mpinb.Pool(n)
 
 
+@pytest.mark.parametrize("option, value, error, message", [
+    ("start_timeout", float("nan"), ValueError, "start_timeout must be a positive, finite number of seconds"),
+    ("start_timeout", float("inf"), ValueError, r"for no limit, leave it out: None"),
+    ("stop_timeout", -1, ValueError, "stop_timeout must be a positive"),
+    ("stop_timeout", "5", TypeError, "stop_timeout must be a number of seconds, not '5'"),
+    ("trace_capacity", 0, ValueError, "trace_capacity must be a whole number, at least 1, not 0"),
+    ("trace_capacity", 1.5, TypeError, "trace_capacity must be a whole number"),
+    ("trace_budget", -3, ValueError, "trace_budget must be a whole number, at least 1"),
+    ("max_output_lines", "10", TypeError, "max_output_lines must be a whole number"),
+    ("max_output_chars", 0, ValueError, "max_output_chars must be a whole number, at least 1"),
+    ("launcher", "slrum", ValueError, "unknown launcher 'slrum': use 'mpi'"),
+    ("launcher", None, TypeError, "launcher must be text"),
+    ("mpiexec_args", ["-n", 2], TypeError, "mpiexec_args must be a list of arguments"),
+    ("env", {"": "x"}, TypeError, "env must map variable names to values"),
+    ("env", ["A=1"], TypeError, "env must map variable names to values"),
+    ("yield_when_idle", "no", TypeError, "yield_when_idle must be True, False or None"),
+    ("controller_ip", 127, TypeError, "controller_ip must be text"),
+])
+def test_bad_options_are_refused_at_the_door(option, value, error, message):
+    with pytest.raises(error, match=message):
+        mpinb.Pool(2, **{option: value})
+
+
+def test_options_set_later_are_checked_too():
+    pool = mpinb.Pool(2, start_timeout=10)
+    with pytest.raises(ValueError, match="max_output_lines must be a whole number, at least 1, not -1"):
+        pool.max_output_lines = -1
+    with pytest.raises(ValueError, match="stop_timeout must be a positive, finite number"):
+        pool.stop_timeout = float("nan")
+    assert pool.max_output_lines == 10_000 and pool.start_timeout == 10.0
+    assert mpinb.Pool(2, **pool.options()).options() == pool.options()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1])
+def test_a_run_timeout_that_cannot_end_a_run_is_refused(pool4, timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds"):
+        pool4.run("1", timeout=timeout)
+    assert pool4.run("1").value[0] == 1
+
+
+def test_a_long_temporary_folder_still_gives_the_pool_a_private_one(tmp_path, monkeypatch, existing_pools):
+    import tempfile
+
+    long = tmp_path / ("x" * 120)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads $TMPDIR again
+    with mpinb.Pool(2) as pool:
+        assert pool.run("rank").value == {0: 0, 1: 1}
+        assert not pool._supervisor.run_folder.startswith(str(long))
+    assert not wait_until_gone(5, existing_pools)
+
+
+def test_no_place_for_private_sockets_says_what_to_set(tmp_path, monkeypatch, existing_pools):
+    from mpinb.pool import _runfolder
+
+    monkeypatch.setattr(_runfolder, "candidates", lambda: [str(tmp_path / ("x" * 120))])
+    with pytest.raises(mpinb.PoolStartError, match=r"its path is too long for a socket.*Set \$TMPDIR"):
+        mpinb.Pool(2).start()
+    assert not wait_until_gone(2, existing_pools), "nothing started, not even the watchdog"
+
+
 def test_missing_mpiexec_says_how_to_install_one():
     pool = mpinb.Pool(2, mpiexec="/nonexistent/mpiexec")
     with pytest.raises(mpinb.PoolStartError, match=r"pip install 'mpinb\[mpich\]'"):

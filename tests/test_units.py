@@ -58,6 +58,10 @@ def test_targets_are_read_as_people_write_them(spec, ranks):
     (True, TypeError, "must be ranks"),
     ([1.0], TypeError, "integer ranks"),
     (1.5, TypeError, "an int, a list"),
+    ("0-3000000000", ValueError, r"ranks 4-3000000000 outside the pool"),
+    (range(3_000_000_000), ValueError, r"ranks 4-2999999999 outside the pool"),
+    (iter(range(10**12)), ValueError, r"rank 4 outside the pool"),
+    (__import__("itertools").repeat(1), ValueError, "give each rank once"),
 ])
 def test_bad_targets_say_what_is_wrong(spec, error, message):
     with pytest.raises(error, match=message):

@@ -35,6 +35,25 @@ ALLOCATION_LAUNCHER = "srun"
 BATCH_OPTIONS = {"partition": "queue", "time": "timelimit", "account": "account"}
 
 
+def check_launcher(launcher: object) -> str:
+    """``launcher`` if mpinb or ipyparallel knows it; a ``ValueError`` naming the choices otherwise."""
+    if not isinstance(launcher, str):
+        raise TypeError(f"launcher must be text, such as 'mpi' or 'slurm', not {launcher!r}")
+    if launcher in (*LOCAL_LAUNCHERS, ALLOCATION_LAUNCHER):
+        return launcher
+    from ipyparallel.cluster.launcher import find_launcher_class
+
+    try:
+        find_launcher_class(launcher, "engine")
+    except (KeyError, ImportError, ValueError, AttributeError, TypeError):
+        raise ValueError(
+            f"unknown launcher {launcher!r}: use 'mpi' (mpiexec, here or on hosts you name), 'srun' (inside "
+            "a Slurm allocation), 'slurm' (a batch job), or another ipyparallel engine launcher "
+            "('pbs', 'lsf', 'sge', ...)"
+        ) from None
+    return launcher
+
+
 @dataclass
 class LaunchSettings:
     """Everything needed to start the ranks; ``Pool`` holds one."""

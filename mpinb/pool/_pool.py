@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from .. import rank as _rank
+from .._checks import Checked, optional_seconds, positive, seconds
 from .._language import say
 from .._protocol import Limits
 from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
@@ -26,7 +27,7 @@ from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
 from ._debug import Driver, OnStop, RankSession, first_failing_rank
 from ._inspect import Inspection, inspect
-from ._launch import LaunchSettings
+from ._launch import LaunchSettings, check_launcher
 from ._pending import Direct, Relayed
 from ._recover import explain, recover
 from ._result import RunResult
@@ -55,7 +56,29 @@ class Pool:
 
         with mpinb.Pool(4) as pool:
             pool.run("print(rank, size)")
+
+    Options (each checked when set, at construction and after):
+
+    - ``launcher``: how the ranks start: ``"mpi"`` (mpiexec here or, with host arguments, on other
+      hosts), ``"srun"`` (inside a Slurm allocation), ``"slurm"`` (a batch job), or another of
+      ipyparallel's engine launchers; ``launcher_options`` are that launcher's settings.
+    - ``mpiexec``, ``mpiexec_args``: which launcher program, and its arguments (hosts, binding).
+    - ``env``: environment variables for every rank; ``yield_when_idle``: whether ranks waiting
+      in MPI yield their core (default: when ranks outnumber cores twice).
+    - ``start_timeout``, ``stop_timeout``: seconds to start, and to stop after an interrupt before
+      ranks count as stuck (default: by ranks per core).
+    - ``max_output_lines``, ``max_output_chars``: what one rank may print in one run.
+    - ``trace_capacity``, ``trace_budget``: MPI calls one rank, and a run's ranks together, record.
+    - ``controller_ip``: the address the controller listens on (default: a private folder of Unix
+      sockets when every rank runs here; this host's name otherwise).
     """
+
+    start_timeout = Checked(optional_seconds)
+    stop_timeout = Checked(optional_seconds)
+    max_output_lines = Checked(positive)
+    max_output_chars = Checked(positive)
+    trace_capacity = Checked(positive)
+    trace_budget = Checked(positive)
 
     def __init__(
         self,
@@ -76,14 +99,24 @@ class Pool:
         stop_timeout: float | None = None,
     ):
         n = default_size() if n is None else rank_count(n)
-        if isinstance(mpiexec_args, str):
-            raise TypeError("mpiexec_args must be a list of arguments, e.g. ['-f', 'hosts.txt']")
+        if isinstance(mpiexec_args, str) or not all(isinstance(arg, str) for arg in mpiexec_args):
+            raise TypeError(f"mpiexec_args must be a list of arguments (text), e.g. ['-f', 'hosts.txt'], "
+                            f"not {mpiexec_args!r}")
+        for name, value in (("mpiexec", mpiexec), ("controller_ip", controller_ip)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be text, not {value!r}")
+        if yield_when_idle not in (None, True, False):
+            raise TypeError(f"yield_when_idle must be True, False or None (decide by ranks per core), "
+                            f"not {yield_when_idle!r}")
+        if env is not None and (not isinstance(env, Mapping)
+                                or not all(isinstance(key, str) and key for key in env)):
+            raise TypeError(f"env must map variable names to values, e.g. {{'OMP_NUM_THREADS': '2'}}, not {env!r}")
         self.settings = LaunchSettings(
             n=n,
-            launcher=launcher,
+            launcher=check_launcher(launcher),
             mpiexec=mpiexec,
             mpiexec_args=list(mpiexec_args),
-            env=dict(env or {}),
+            env={key: str(value) for key, value in (env or {}).items()},
             yield_when_idle=yield_when_idle,
             launcher_options=dict(launcher_options or {}),
         )
@@ -265,8 +298,7 @@ class Pool:
                  on_output: OutputCallback | None, check: bool, debug: Debug = None) -> RunResult:
         supervisor = self._ready()
         ranks = self.ranks(targets)
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        optional_seconds(timeout, "timeout")
         self._settled = False  # until the run is over and, if it was aborted, the ranks recovered
         self._busy = frozenset(ranks)
         try:
@@ -400,6 +432,7 @@ class Pool:
         """
         supervisor = self._ready()
         (rank,) = self.ranks([rank])
+        seconds(timeout, "timeout")
         return supervisor.client[supervisor.engine_of[rank]].apply_async(function, *args).get(timeout=timeout)
 
     def status(self) -> list[dict[str, Any]]:
