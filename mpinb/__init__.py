@@ -26,6 +26,8 @@ _EXPORTS = {
     "RankFailure": ".pool",
     "RunResult": ".pool",
     "Trace": ".trace",
+    "TransferError": ".errors",
+    "TransferTimeoutError": ".errors",
     "breakpoint": "._breakpoint",
     "check": ".teach",
     "compare": ".widgets.compare",
@@ -49,6 +51,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
         PoolStartError,
         RankDiedError,
         RankError,
+        TransferError,
+        TransferTimeoutError,
     )
     from .notebook import current_pool, last_trace, load_ipython_extension, unload_ipython_extension
     from .pool import Pool, RankFailure, RunResult
@@ -58,7 +62,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
 
 __all__ = [
     "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
-    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "breakpoint", "check", "compare", "current_pool",
+    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "TransferError", "TransferTimeoutError",
+    "breakpoint", "check", "compare", "current_pool",
     "last_trace", "load_ipython_extension", "progress", "set_language", "unload_ipython_extension", "Pool",
 ]
 

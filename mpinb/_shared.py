@@ -33,8 +33,10 @@ def worth_sharing(value: object) -> TypeGuard[np.ndarray]:
     import sys
 
     numpy = sys.modules.get("numpy")  # an array exists only if numpy was imported
-    return (numpy is not None and isinstance(value, numpy.ndarray) and value.nbytes >= SMALLEST and value.ndim > 0
-            and not value.dtype.hasobject and os.path.isdir(SHARED_MEMORY))
+    # exactly an ndarray: a subclass (masked, matrix, record array) travels pickled, type and all
+    return (numpy is not None and isinstance(value, numpy.ndarray) and type(value) is numpy.ndarray
+            and value.nbytes >= SMALLEST and value.ndim > 0 and not value.dtype.hasobject
+            and os.path.isdir(SHARED_MEMORY))
 
 
 def write(array: np.ndarray) -> SharedArray:
@@ -62,6 +64,8 @@ def mapped(shared: SharedArray) -> np.ndarray:
     import numpy as np
 
     dtype = np.lib.format.descr_to_dtype(shared["dtype"])  # type: ignore[arg-type]  # a str too
+    if 0 in shared["shape"]:  # an empty part (fewer rows than ranks): nothing to map
+        return np.empty(shared["shape"], dtype=dtype)
     with open(shared["path"], "rb") as handle:
         pages = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
     return np.frombuffer(pages, dtype=dtype).reshape(shared["shape"])

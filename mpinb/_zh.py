@@ -302,4 +302,19 @@ ZH: dict[str, str] = {
     "it calls {count} collectives ({ops}); one allreduce of a (sum, count) pair is enough.":
         "它调用了 {count} 次集合操作（{ops}）；对 (和, 个数) 这一对数做一次 allreduce 就够了。",
     "; ": "；",
+    # -- data moves that were stopped or failed
+    "the push of {names}": "{names} 的 push",
+    "the pull of {names}": "{names} 的 pull",
+    "the scatter of {names}": "{names} 的 scatter",
+    "interrupted": "被中断",
+    "it did not end within {seconds} s": "它没有在 {seconds} 秒内结束",
+    "withdrawn before it started": "在开始之前被撤回",
+    "{move} stopped: {why}": "{move}已停止：{why}",
+    "{move} failed": "{move}失败",
+    "{ranks}: {why}": "{ranks}：{why}",
+    "{ranks} did not answer in time (their part is withdrawn, unless it had started)":
+        "{ranks} 没有及时应答（如果尚未开始，它们的那一部分已被撤回）",
+    "{ranks} have the new value": "{ranks} 已有新值",
+    "{ranks} keep what they had": "{ranks} 保留原来的值",
+    "nothing was returned, run it again": "没有返回任何结果，请重新运行",
 }

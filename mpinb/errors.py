@@ -124,3 +124,36 @@ class DeadlockError(MPIHangError):
 
 class RankDiedError(PoolError):
     """A rank's process died (exit, signal, out of memory); MPI cannot go on without it."""
+
+
+class _Transfer(Exception):
+    """What a data move that did not end as asked leaves on each rank (the ranks are lists)."""
+
+    def __init__(self, move: str, stopped: str | None, done: list[int], failed: dict[int, str],
+                 missing: list[int], gets_value: bool):
+        self.move, self.stopped = move, stopped
+        self.done, self.failed, self.missing = done, failed, missing
+        head = say("{move} stopped: {why}", move=move, why=stopped) if stopped else say("{move} failed", move=move)
+        parts = []
+        for why in sorted(set(failed.values())):
+            ranks = [rank for rank, reason in failed.items() if reason == why]
+            parts.append(say("{ranks}: {why}", ranks=format_ranks(ranks, word=True), why=why))
+        if missing:
+            parts.append(say("{ranks} did not answer in time (their part is withdrawn, unless it had started)",
+                             ranks=format_ranks(missing, word=True)))
+        if gets_value and done:
+            parts.append(say("{ranks} have the new value", ranks=format_ranks(done, word=True)))
+        if gets_value and failed:
+            parts.append(say("{ranks} keep what they had", ranks=format_ranks(failed, word=True)))
+        if not gets_value:
+            parts.append(say("nothing was returned, run it again"))
+        super().__init__(f"{head}. {say('; ').join(parts)}.")
+
+
+class TransferError(_Transfer, PoolError):
+    """A push, pull, scatter or gather that failed on some ranks; ``done``, ``failed`` (rank ->
+    why) and ``missing`` say where each rank stands, and the message says it in words."""
+
+
+class TransferTimeoutError(_Transfer, TimeoutError):
+    """A data move that passed its timeout; the same account as :class:`TransferError`."""

@@ -118,9 +118,9 @@ def pool4():
 @pytest.fixture(scope="session")
 def ip(pool4):
     """An IPython shell with ``%load_ext mpinb`` whose magics use the shared 4-rank pool."""
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing.globalipapp import get_ipython
 
-    shell = start_ipython()
+    shell = get_ipython()  # the test session's one shell (start_ipython() gives None once one is made)
     shell.run_line_magic("load_ext", "mpinb")
     session.use_pool(pool4)
     yield shell

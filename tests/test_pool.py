@@ -98,6 +98,113 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_p
     assert _shared_files() == before, "every file in shared memory is removed"
 
 
+def test_scatter_of_fewer_large_rows_than_ranks_leaves_the_last_ranks_empty(any_pool):
+    data = np.arange(2 * 2**17, dtype=float).reshape(2, -1)  # 2 MB: through shared memory
+    any_pool.scatter("few", data)
+    assert [len(part) for part in any_pool.pull("few")] == {1: [2], 4: [1, 1, 0, 0]}[any_pool.size]
+    np.testing.assert_array_equal(any_pool.gather("few"), data)
+
+
+@pytest.mark.parametrize("rows", [8, 2**17], ids=["small", "large"])
+def test_array_subclasses_keep_their_type_both_ways(any_pool, rows):
+    masked = np.ma.masked_array(np.arange(rows * 2, dtype=float).reshape(rows, 2), mask=False)
+    masked[1, 0] = np.ma.masked
+    matrix = np.asmatrix(np.ones((rows, 2)))
+    records = np.rec.fromarrays([np.arange(rows), np.zeros(rows)], names="a,b")
+    any_pool.push({"masked": masked, "matrix": matrix, "records": records})
+    kinds = any_pool.run("(type(masked).__name__, bool(masked.mask[1, 0]), type(matrix).__name__, "
+                         "type(records).__name__, int(records.a[-1]))").value
+    assert set(kinds.values()) == {("MaskedArray", True, "matrix", "recarray", rows - 1)}
+    pulled = any_pool.pull("masked")[0]
+    assert isinstance(pulled, np.ma.MaskedArray) and pulled.mask[1, 0] and not pulled.mask[0, 0]
+    assert isinstance(any_pool.pull("matrix")[-1], np.matrix)
+    assert isinstance(any_pool.pull("records")[-1], np.recarray)
+    any_pool.scatter("part", masked)
+    whole = any_pool.gather("part")
+    assert isinstance(whole, np.ma.MaskedArray) and whole.mask[1, 0] and whole.mask.sum() == 1
+    np.testing.assert_array_equal(whole.data, masked.data)
+    any_pool.scatter("part", records)
+    back = any_pool.gather("part")
+    assert isinstance(back, np.recarray) and list(back.a) == list(range(rows))
+
+
+class _FailsOnRank:
+    """A value that cannot be unpickled on one rank (as a rank out of memory would fail)."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+    def __reduce__(self):
+        return eval, (f"1 / 0 if __import__('mpi4py.MPI').MPI.COMM_WORLD.rank == {self.rank} else 'taken'",)
+
+
+def test_a_rank_that_cannot_take_its_value_is_named_and_the_others_are_told(pool4):
+    pool4.push({"taken": None})
+    with pytest.raises(mpinb.TransferError) as info:
+        pool4.push({"taken": _FailsOnRank(2)})
+    text = str(info.value)
+    assert "rank 2: ZeroDivisionError" in text and "ranks 0-1, 3 have the new value" in text, text
+    assert "rank 2 keep" in text, text
+    assert info.value.done == [0, 1, 3] and list(info.value.failed) == [2]
+    assert pool4.pull("taken") == ["taken", "taken", None, "taken"], "the failed rank keeps what it had"
+
+
+def _busy(pool, rank: int, seconds: float):
+    """Keep one rank busy outside any run (its next request waits in its queue)."""
+    supervisor = pool._supervisor
+    return supervisor.client[supervisor.engine_of[rank]].apply_async(time.sleep, seconds)
+
+
+@pytest.mark.parametrize("move", ["push", "scatter", "pull", "gather"])
+def test_a_data_move_that_passes_its_timeout_says_where_each_rank_stands(pool4, move):
+    pool4.push({"moved": np.zeros(4)})
+    shared_before = _shared_files()
+    sleeping = _busy(pool4, 1, 3)
+    began = time.monotonic()
+    with pytest.raises(mpinb.TransferTimeoutError) as info:
+        if move == "push":
+            pool4.push({"moved": np.ones(4)}, timeout=0.5)
+        elif move == "scatter":
+            pool4.scatter("moved", np.ones((4, 2**16)), timeout=0.5)  # 2 MB: through shared memory
+        else:
+            getattr(pool4, move)("moved", timeout=0.5)
+    assert time.monotonic() - began < 3, "the wait ended at the timeout, not when the rank was free"
+    text = str(info.value)
+    assert "did not end within 0.5 s" in text and "rank 1 did not answer in time" in text, text
+    if move in ("push", "scatter"):
+        assert "ranks 0, 2-3 have the new value" in text
+    else:
+        assert "nothing was returned" in text
+    sleeping.get(5)
+    sums = pool4.run("float(np.asarray(moved).sum())").value
+    if move in ("push", "scatter"):
+        assert sums[1] == 0.0 and all(sums[rank] > 0 for rank in (0, 2, 3)), sums
+    else:
+        assert set(sums.values()) == {0.0}, sums
+    assert _shared_files() <= shared_before, "no file is left in shared memory"
+
+
+def test_the_stop_button_ends_a_data_move_and_says_where_each_rank_stands(pool4):
+    import _thread
+    import threading
+
+    sleeping = _busy(pool4, 3, 3)
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    began = time.monotonic()
+    told = r"interrupted.*rank 3 did not answer in time.*ranks 0-2 have the new value"
+    with pytest.raises(KeyboardInterrupt, match=told):
+        pool4.push({"stopped": 1})
+    assert time.monotonic() - began < 2.5
+    sleeping.get(5)
+    assert pool4.run("'stopped' in globals()").value == {0: True, 1: True, 2: True, 3: False}
+    pool4.run("globals().pop('stopped', None);")
+
+
+def test_a_data_move_timeout_must_be_a_duration(pool4):
+    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds"):
+        pool4.pull("x", timeout=float("nan"))
+
+
 def test_scatter_refuses_a_scalar(any_pool):
     with pytest.raises(ValueError, match="at least one dimension"):
         any_pool.scatter("s", 5)
@@ -231,7 +338,7 @@ def test_timeout_interrupts_and_the_pool_survives(pool4):
 def test_bad_code_argument(pool4):
     with pytest.raises(TypeError, match="string of Python source"):
         pool4.run(42)
-    with pytest.raises(ValueError, match="positive number of seconds"):
+    with pytest.raises(ValueError, match="positive, finite number of seconds"):
         pool4.run("pass", timeout=0)
 
 

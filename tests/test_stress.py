@@ -27,7 +27,10 @@ SEED = int(os.environ.get("MPINB_STRESS_SEED", str(int(time.time()))))
 @pytest.mark.timeout(60 + 8 * ABORTS)
 def test_aborts_of_every_kind_never_leave_a_pool_unusable(artifacts):
     shared_memory_before = set(glob.glob("/dev/shm/mpinb-*"))
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # the hog ends with the test process, also when that is killed before its finally runs
+    hog = subprocess.Popen([sys.executable, "-c", "import ctypes, signal\n"
+                            "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                            "while True: pass"])
     try:
         with mpinb.Pool(2) as bystander, mpinb.Pool(4) as pool:
             check(bystander)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import rank as _rank
+from .._language import say
 from .._ranges import format_ranks
 from .._shared import SharedArray, mapped, remove, remove_written_by, worth_sharing, write
+from ..errors import TransferError, TransferTimeoutError
 from ._supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -18,80 +21,143 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
+# After an interrupt or a timeout, how long the ranks still at their part get to finish it (each
+# part is quick: a mapping, or a copy of one value), so that what each rank has is known.
+FINISH_GRACE = 2.0
+_POLL = 0.005
+
+
 @contextmanager
-def whole_or_not_at_all() -> Iterator[None]:
-    """An interrupt (the notebook's stop button) that comes while data is on its way to or from
-    the ranks takes effect once the move is over: a push never reaches some ranks only, and a
-    pull never leaves a rank's file behind in shared memory."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+def stop_button() -> Iterator[list[int]]:
+    """While data moves, an interrupt (the notebook's stop button) is noted, not raised inside
+    ipyparallel or half-way through a file: the move's wait reads the note and stops where what
+    each rank has is known (see :func:`finish`)."""
     came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
     try:
-        yield
+        yield came
     finally:
         signal.signal(signal.SIGINT, previous)
-    if came:
-        raise KeyboardInterrupt("the data move finished before the interrupt took effect")
 
 
-def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[int]) -> None:
+def finish(supervisor: Supervisor, parts: dict[int, Any], move: str, timeout: float | None,
+           interrupts: list[int], gets_value: bool) -> list[Any]:
+    """Each rank's reply to its part of a move (``parts``: rank -> ipyparallel request), in rank
+    order. An interrupt or ``timeout`` stops the wait: parts not started are withdrawn, parts
+    under way get ``FINISH_GRACE`` to end, and the error says which ranks have what. A rank
+    whose part failed is named with its error (a ``TransferError``)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stopped = None
+    while not all(request.ready() for request in parts.values()):
+        if interrupts:
+            stopped = say("interrupted")
+        elif deadline is not None and time.monotonic() > deadline:
+            stopped = say("it did not end within {seconds} s", seconds=f"{timeout:g}")
+        if stopped:
+            break
+        time.sleep(_POLL)
+    if stopped:
+        waiting = [request for request in parts.values() if not request.ready()]
+        supervisor.client.abort(jobs=[msg_id for request in waiting for msg_id in request.msg_ids], block=False)
+        grace = time.monotonic() + FINISH_GRACE
+        while not all(request.ready() for request in waiting) and time.monotonic() < grace:
+            time.sleep(_POLL)
+    replies: dict[int, Any] = {}
+    failed: dict[int, str] = {}
+    missing: list[int] = []
+    for rank, request in parts.items():
+        if not request.ready():
+            missing.append(rank)
+            continue
+        try:
+            replies[rank] = request.get(0)
+        except Exception as err:  # noqa: BLE001 - named with its rank below
+            failed[rank] = _reason(err)
+    if not stopped and not failed:
+        return [replies[rank] for rank in parts]
+    error = (TransferTimeoutError if stopped and not interrupts else TransferError)(
+        move, stopped, sorted(replies), failed, missing, gets_value)
+    if interrupts:
+        raise KeyboardInterrupt(str(error))
+    raise error
+
+
+def _reason(err: BaseException) -> str:
+    from ipyparallel.error import RemoteError, TaskAborted
+
+    if isinstance(err, TaskAborted):
+        return say("withdrawn before it started")
+    if isinstance(err, RemoteError):
+        return f"{err.ename}: {err.evalue}"
+    return f"{type(err).__name__}: {err}"
+
+
+def push(supervisor: Supervisor, namespace: Mapping[str, object], ranks: list[int],
+         timeout: float | None = None) -> None:
     if not isinstance(namespace, Mapping):
         raise TypeError(f"push takes a dict of {{name: value}}, not {type(namespace).__name__}")
     for name in namespace:
         _check_name(name)
-    usual = dict(namespace)
-    for name, value in namespace.items():
-        if not worth_sharing(value):
-            continue
-        if supervisor.settings.on_this_host:
-            if _through_shared_memory(supervisor, name, value, ranks, None):
+    move = say("the push of {names}", names=", ".join(map(repr, namespace)))
+    with stop_button() as interrupts:
+        usual = dict(namespace)
+        for name, value in namespace.items():
+            if not worth_sharing(value):
+                continue
+            if supervisor.settings.on_this_host:
+                if _through_shared_memory(supervisor, name, value, ranks, None, move, timeout, interrupts):
+                    del usual[name]
+            elif len(ranks) == supervisor.settings.n > 1:
+                _through_rank_0(supervisor, name, value)
                 del usual[name]
-        elif len(ranks) == supervisor.settings.n > 1:
-            _through_rank_0(supervisor, name, value)
-            del usual[name]
-    if usual:
-        with whole_or_not_at_all():
-            supervisor.view(ranks).push(usual, block=True)
+        if usual:
+            parts = {rank: supervisor.client[supervisor.engine_of[rank]].push(usual, block=False) for rank in ranks}
+            finish(supervisor, parts, move, timeout, interrupts, gets_value=True)
 
 
-def pull(supervisor: Supervisor, name: str, ranks: list[int]) -> list[Any]:
+def pull(supervisor: Supervisor, name: str, ranks: list[int], timeout: float | None = None) -> list[Any]:
     _check_name(name)
-    view = supervisor.view(ranks)
-    lacking = [rank for rank, absent in zip(ranks, view.apply_sync(_is_undefined, name)) if absent]
-    if lacking:
-        raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
-    if not supervisor.settings.on_this_host:
-        return list(view.pull(name, block=True))
-    with whole_or_not_at_all():
+    share = supervisor.settings.on_this_host
+    with stop_button() as interrupts:
+        parts = {rank: supervisor.client[supervisor.engine_of[rank]].apply_async(_rank.offer, name, share)
+                 for rank in ranks}
         try:
-            offers = view.apply_sync(_rank.offer, name)
+            offers = finish(supervisor, parts, say("the pull of {names}", names=repr(name)), timeout, interrupts,
+                            gets_value=False)
         except BaseException:  # the ranks that did offer left files: theirs carry their pid
-            remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
+            if share:
+                remove_written_by([supervisor.ranks_info[rank]["pid"] for rank in ranks])
             raise
-        try:
-            return [mapped(what) if how == "shared" else what for how, what in offers]
-        finally:
-            for how, what in offers:
-                if how == "shared":
-                    remove(what["path"])
+    try:
+        lacking = [rank for rank, (how, _) in zip(ranks, offers) if how == "absent"]
+        if lacking:
+            raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
+        return [mapped(what) if how == "shared" else what for how, what in offers]
+    finally:
+        for how, what in offers:
+            if how == "shared":
+                remove(what["path"])
 
 
-def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int]) -> None:
+def scatter(supervisor: Supervisor, name: str, array: ArrayLike, ranks: list[int],
+            timeout: float | None = None) -> None:
     import numpy as np
 
     _check_name(name)
-    data = np.asarray(array)
+    data = np.asanyarray(array)  # a subclass (masked, matrix, record array) keeps its type
     if data.ndim == 0:
         raise ValueError("scatter needs an array with at least one dimension")
-    if supervisor.settings.on_this_host and worth_sharing(data) and _through_shared_memory(
-            supervisor, name, data, ranks, _split_rows(len(data), len(ranks))):
-        return
-    with whole_or_not_at_all():
-        for engine, block in zip(supervisor.engines(ranks), np.array_split(data, len(ranks))):
-            supervisor.client[engine].push({name: block}, block=False)
-        supervisor.client.wait()
+    move = say("the scatter of {names}", names=repr(name))
+    with stop_button() as interrupts:
+        if supervisor.settings.on_this_host and worth_sharing(data) and _through_shared_memory(
+                supervisor, name, data, ranks, _split_rows(len(data), len(ranks)), move, timeout, interrupts):
+            return
+        parts = {rank: supervisor.client[engine].push({name: block}, block=False)
+                 for rank, engine, block in zip(ranks, supervisor.engines(ranks), np.array_split(data, len(ranks)))}
+        finish(supervisor, parts, move, timeout, interrupts, gets_value=True)
 
 
 def _split_rows(count: int, parts: int) -> list[tuple[int, int]]:
@@ -104,7 +170,8 @@ def _split_rows(count: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray, ranks: list[int],
-                           rows: list[tuple[int, int]] | None) -> bool:
+                           rows: list[tuple[int, int]] | None, move: str, timeout: float | None,
+                           interrupts: list[int]) -> bool:
     """Each rank maps ``array`` (or its own ``rows``, a file per part: a mapping keeps its whole
     file alive) from shared memory; ``False`` if shared memory cannot hold it (then it goes the
     usual way)."""
@@ -116,11 +183,9 @@ def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray,
                 written.append(write(part))
         except OSError:
             return False
-        with whole_or_not_at_all():
-            pending = [supervisor.client[engine].apply_async(_rank.take, name, written[0 if rows is None else i])
-                       for i, engine in enumerate(supervisor.engines(ranks))]
-            for reply in pending:
-                reply.get()  # a rank that could not take it (out of memory) raises here
+        requests = {rank: supervisor.client[engine].apply_async(_rank.take, name, written[0 if rows is None else i])
+                    for i, (rank, engine) in enumerate(zip(ranks, supervisor.engines(ranks)))}
+        finish(supervisor, requests, move, timeout, interrupts, gets_value=True)
     finally:
         for shared in written:
             remove(shared["path"])
@@ -129,24 +194,33 @@ def _through_shared_memory(supervisor: Supervisor, name: str, array: np.ndarray,
 
 def _through_rank_0(supervisor: Supervisor, name: str, array: np.ndarray) -> None:
     """Ranks on other hosts: the array crosses the network once, to rank 0, and then reaches the
-    others by MPI's broadcast (every rank of the pool takes part)."""
+    others by MPI's broadcast (every rank of the pool takes part). Not broken off by an interrupt
+    or a timeout: a broadcast that some ranks left would need a fresh world, and the ranks'
+    variables with it."""
     staged = f"_mpinb_staged_{name}"
-    with whole_or_not_at_all():
-        supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
-        supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
+    supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
+    supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
 
 
-def gather(supervisor: Supervisor, name: str, ranks: list[int]) -> np.ndarray:
+def gather(supervisor: Supervisor, name: str, ranks: list[int], timeout: float | None = None) -> np.ndarray:
+    return joined(pull(supervisor, name, ranks, timeout))
+
+
+def joined(parts: list[Any]) -> np.ndarray:
+    """The ranks' parts along the first axis, of their own array type when they share one (a
+    masked array keeps its mask, a record array its fields by attribute)."""
     import numpy as np
 
-    parts = pull(supervisor, name, ranks)
-    return np.concatenate([np.atleast_1d(np.asarray(part)) for part in parts])
-
-
-def _is_undefined(name: str) -> bool:  # runs on the ranks
-    from IPython import get_ipython
-
-    return name not in get_ipython().user_ns
+    arrays = [np.atleast_1d(np.asanyarray(part)) for part in parts]
+    if any(isinstance(array, np.ma.MaskedArray) for array in arrays):
+        return np.ma.concatenate(arrays)
+    whole = np.concatenate(arrays)
+    kinds = {type(array) for array in arrays}
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind is not type(whole):
+            whole = whole.view(kind)
+    return whole
 
 
 def _check_name(name: object) -> None:

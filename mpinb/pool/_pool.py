@@ -405,21 +405,25 @@ class Pool:
 
     # -- moving data --------------------------------------------------------------------------
 
-    def push(self, namespace: Mapping[str, object], targets: Targets = None) -> None:
-        """Copy ``{name: value}`` into the namespace of every (targeted) rank."""
-        _data.push(self._ready(), namespace, self.ranks(targets))
+    def push(self, namespace: Mapping[str, object], targets: Targets = None, timeout: float | None = None) -> None:
+        """Copy ``{name: value}`` into the namespace of every (targeted) rank.
 
-    def pull(self, name: str, targets: Targets = None) -> list[Any]:
+        A ``TransferError`` (``TransferTimeoutError`` after ``timeout`` seconds, ``KeyboardInterrupt``
+        on the stop button) says which ranks have the new value and which keep the old one."""
+        _data.push(self._ready(), namespace, self.ranks(targets), optional_seconds(timeout, "timeout"))
+
+    def pull(self, name: str, targets: Targets = None, timeout: float | None = None) -> list[Any]:
         """The value of ``name`` on each (targeted) rank, in rank order."""
-        return _data.pull(self._ready(), name, self.ranks(targets))
+        return _data.pull(self._ready(), name, self.ranks(targets), optional_seconds(timeout, "timeout"))
 
-    def scatter(self, name: str, array: ArrayLike, targets: Targets = None) -> None:
-        """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``."""
-        _data.scatter(self._ready(), name, array, self.ranks(targets))
+    def scatter(self, name: str, array: ArrayLike, targets: Targets = None, timeout: float | None = None) -> None:
+        """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``
+        (as ``numpy.array_split`` does: with fewer rows than ranks, the last ranks get none)."""
+        _data.scatter(self._ready(), name, array, self.ranks(targets), optional_seconds(timeout, "timeout"))
 
-    def gather(self, name: str, targets: Targets = None) -> np.ndarray:
+    def gather(self, name: str, targets: Targets = None, timeout: float | None = None) -> np.ndarray:
         """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`)."""
-        return _data.gather(self._ready(), name, self.ranks(targets))
+        return _data.gather(self._ready(), name, self.ranks(targets), optional_seconds(timeout, "timeout"))
 
     # -- status -------------------------------------------------------------------------------
 

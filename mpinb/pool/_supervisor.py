@@ -23,6 +23,7 @@ import psutil
 from .. import rank as _rank
 from .._protocol import DEATHWATCH_ENVIRONMENT, STACK_SIGNAL, STACKS_ENVIRONMENT, Hello
 from .._ranges import format_ranks
+from .._shared import remove_written_by
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
@@ -478,6 +479,8 @@ class Supervisor:
             self.deaths = None
         if self.settings.on_this_host:
             self._mpi_segments |= mpi_segments(info["pid"] for info in self.ranks_info.values())
+            # a pull broken off by an interrupt may have left a rank's file behind
+            remove_written_by([info["pid"] for info in self.ranks_info.values()])
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
             # not: Open MPI's forwards the launcher's SIGINT and leaves the ranks to their fate.
             for info in self.ranks_info.values():

@@ -104,15 +104,19 @@ def take(name: str, shared: SharedArray) -> None:
     get_ipython().user_ns[name] = mapped(shared)
 
 
-def offer(name: str) -> tuple[str, object]:
-    """``("shared", where)`` for a large array, put in shared memory for the notebook to read;
-    ``("value", value)`` for anything else, sent the usual way."""
+def offer(name: str, share: bool = True) -> tuple[str, object]:
+    """``("shared", where)`` for a large array, put in shared memory for the notebook to read
+    (when ``share``: the notebook runs on this host); ``("value", value)`` for anything else,
+    sent the usual way; ``("absent", None)`` when this rank has no variable ``name``."""
     from IPython import get_ipython
 
     from .._shared import worth_sharing, write
 
-    value = get_ipython().user_ns[name]
-    if worth_sharing(value):
+    namespace = get_ipython().user_ns
+    if name not in namespace:
+        return "absent", None
+    value = namespace[name]
+    if share and worth_sharing(value):
         try:
             return "shared", write(value)
         except OSError:  # shared memory full: the usual way
