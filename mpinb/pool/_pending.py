@@ -59,6 +59,9 @@ class Direct(_Sent):
 
     def failure_seen(self) -> bool:
         """Whether a finished rank's reply carries an error (each reply fetched once)."""
+        if self.request.ready():  # all in: the request holds the replies (see fetch_reply)
+            return any(isinstance(reply, BaseException) or (isinstance(reply, dict) and reply.get("error"))
+                       for reply in self.replies())
         for msg_id, over in zip(self.msg_ids, self.finished()):
             if not over or msg_id in self._checked:
                 continue
@@ -74,8 +77,11 @@ class Direct(_Sent):
         if self.request.ready():
             try:
                 return list(self.request.get())
-            except Exception:  # noqa: BLE001 - fall through to one message at a time
-                pass
+            except Exception:  # noqa: BLE001 - a request failed: each rank's own reply, or its error
+                # (ipyparallel keeps them on the request once all are in, and drops them elsewhere)
+                raw = getattr(self.request, "_raw_results", None)
+                if raw is not None and len(raw) == len(self.msg_ids):
+                    return list(raw)
         return [fetch_reply(self.client, msg_id, timeout=5) if over else None
                 for msg_id, over in zip(self.msg_ids, self.finished())]
 
@@ -87,13 +93,18 @@ class Direct(_Sent):
 
 
 def fetch_reply(client: Any, msg_id: str, timeout: float) -> RankReply:
-    """The reply to ``msg_id``, or the error it raised. Called once ``msg_id`` has left
-    ``client.outstanding``: ipyparallel's io thread removes it there a moment before it stores the
-    result, so the reply is waited for, briefly, rather than taken as it is."""
+    """The reply to ``msg_id``, or the error it raised, while the request it belongs to is not
+    complete. Called once ``msg_id`` has left ``client.outstanding``: ipyparallel's io thread
+    removes it there a moment before it stores the result, so the result is waited for, briefly.
+    (Once the whole request is complete, ipyparallel hands the results over to the request and
+    drops them here: read them from the request then.)"""
+    deadline = time.monotonic() + timeout
+    while msg_id not in client.results and time.monotonic() < deadline:
+        time.sleep(0.001)
     try:
-        return client.get_result(msg_id).get(timeout=timeout)
-    except Exception as err:  # noqa: BLE001 - a rank's failure is data here
-        return err
+        return client.results[msg_id]
+    except KeyError:
+        return TimeoutError(f"no reply to {msg_id} within {timeout:g} s")
 
 
 class Relayed(_Sent):

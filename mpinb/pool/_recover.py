@@ -27,7 +27,6 @@ from .._language import say
 from .._protocol import Settled
 from .._ranges import format_ranks
 from . import _stacks
-from ._pending import fetch_reply
 
 # A rank still running this long after the interrupt is interrupted once more: it may have
 # started its part only after the first one, or its code caught the KeyboardInterrupt.
@@ -111,10 +110,16 @@ def settle(supervisor: Any, waiting_for: list[int], unstarted: dict[int, str], s
 
 def fresh_world(supervisor: Any, generation: int) -> str | None:
     """Every rank makes world ``generation`` together; ``None`` when they did, else why not (as
-    soon as one rank refuses: the others' polled copy then ends at its deadline, unused)."""
+    soon as one rank refuses: the others' polled copy then ends at its deadline, unused).
+
+    One request per rank, each its own result's owner: a rank's answer is read from its own
+    request (a view's request over all ranks hands its results over once all are in, and a
+    rank's reply could then no longer be looked up by its id)."""
     n = supervisor.settings.n
-    request = supervisor.view(list(range(n))).apply_async(_rank.fresh_world, generation, FRESH_WORLD_TIMEOUT)
     client = supervisor.client
+    requests = {rank: client[supervisor.engine_of[rank]].apply_async(_rank.fresh_world, generation,
+                                                                     FRESH_WORLD_TIMEOUT)
+                for rank in range(n)}
     deadline = time.monotonic() + FRESH_WORLD_TIMEOUT + 5.0
     refusals: dict[str, list[int]] = {}
     answered: set[int] = set()
@@ -122,17 +127,17 @@ def fresh_world(supervisor: Any, generation: int) -> str | None:
         if time.monotonic() > deadline:
             busy = [rank for rank in range(n) if rank not in answered]
             return f"{format_ranks(busy, word=True)} did not answer within {FRESH_WORLD_TIMEOUT + 5:g} s"
-        request.wait(_POLL)
-        for rank, msg_id in enumerate(request.msg_ids):
-            if rank in answered or msg_id in client.outstanding:
+        time.sleep(_POLL)
+        for rank, request in requests.items():
+            if rank in answered or not request.ready():
                 continue
             answered.add(rank)
-            reply = fetch_reply(client, msg_id, timeout=5)
-            if reply is None:
-                continue
-            # a refusal or an error is said in the pool's message, then fresh processes start
-            why = f"{type(reply).__name__}: {reply}" if isinstance(reply, BaseException) else str(reply)
-            refusals.setdefault(why, []).append(rank)
+            try:
+                why = request.get(0)
+            except Exception as err:  # noqa: BLE001 - said in the pool's message, then fresh processes
+                why = f"{type(err).__name__}: {err}"
+            if why is not None:
+                refusals.setdefault(str(why), []).append(rank)
     return "; ".join(f"{format_ranks(ranks, word=True)}: {why}" for why, ranks in refusals.items()) or None
 
 
