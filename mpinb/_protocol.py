@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # only named in annotations, which are never evaluated here (
 
 # The environment variable that gives each local rank the address of the pool's death watch.
 DEATHWATCH_ENVIRONMENT = "MPINB_DEATHWATCH"
+# The environment variable naming the host where a local pool's ranks must run (the notebook's):
+# a rank that finds itself elsewhere exits at once, saying so (see mpinb/rank/_engine_main.py).
+EXPECTED_HOST_ENVIRONMENT = "MPINB_EXPECTED_HOST"
 # The key under which a blocked rank publishes its wait on ipyparallel's data channel.
 WAIT_KEY = "mpinb_wait"
 # The key under which a rank of a relayed run says that its part is over (see mpinb.rank._relay).

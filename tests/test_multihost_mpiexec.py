@@ -208,3 +208,30 @@ def _link_of(host) -> str:
     links = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "link", "show"],
                            capture_output=True, text=True, check=True).stdout
     return next(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if "lo:" not in line)
+
+
+@pytest.mark.timeout(120)
+def test_ranks_started_elsewhere_than_the_pool_expects_say_so_at_once(hosts, monkeypatch, existing_pools):
+    """A source of hosts that mpinb does not know (stood in for by hiding the hosts it does know):
+    the ranks find themselves on node1 and node2, not here, and end the start at once saying so,
+    instead of waiting in vain for a controller that listens on this host only."""
+    from conftest import wait_until_gone
+
+    from mpinb.pool import _launch
+
+    namespaces, agent = hosts
+    monkeypatch.setattr(_launch, "other_hosts", lambda args: [])
+    mpiexec = find_mpiexec()
+    pool = mpinb.Pool(4, mpiexec_args=[*_launch.host_arguments(mpiexec, "node1,node2"),
+                                       *agent_arguments(mpiexec, agent)], start_timeout=60)
+    assert pool.settings.on_this_host
+    began = time.monotonic()
+    with pytest.raises(mpinb.PoolStartError, match=r"this rank runs on node[12], not on .*name the hosts"):
+        pool.start()
+    assert time.monotonic() - began < 20, "refused at once, not after the start timeout"
+    assert not pool.running and not wait_until_gone(10, existing_pools)
+    deadline = time.monotonic() + 15  # the hosts' daemons end once mpiexec's connection closes
+    while any(_processes_on(host) for host in namespaces) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for host in namespaces:
+        assert _processes_on(host) == [], f"nothing is left on {host.name}"

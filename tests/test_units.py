@@ -247,6 +247,25 @@ def test_the_hosts_that_mpiexec_arguments_name_besides_this_one(tmp_path):
     assert other_hosts(["-f", str(hostfile)]) == ["node3", "node4"]
     assert other_hosts(["--hostfile", str(tmp_path / "missing")]) == [str(tmp_path / "missing")], (
         "what cannot be read may name other hosts")
+    assert other_hosts(["-rf", "ranks.txt"]) == ["the hosts of rankfile ranks.txt"]
+
+
+@pytest.mark.parametrize("variable", ["HYDRA_HOST_FILE", "OMPI_MCA_orte_default_hostfile",
+                                      "PRTE_MCA_prte_default_hostfile", "PBS_NODEFILE"])
+def test_hosts_that_the_environment_gives_mpiexec_count_too(tmp_path, monkeypatch, variable):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"{socket.gethostname()}\nnode7\n")
+    monkeypatch.setenv(variable, str(hostfile))
+    assert other_hosts([]) == ["node7"]
+    hostfile.write_text(f"{socket.gethostname()}\nlocalhost\n")
+    assert other_hosts([]) == []
+
+
+def test_a_batch_allocation_of_several_nodes_counts_as_other_hosts(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    assert other_hosts([]) == []
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "3")
+    assert other_hosts([]) == ["the nodes of this Slurm allocation ($SLURM_JOB_NUM_NODES=3)"]
 
 
 # -- traces ----------------------------------------------------------------------------------------

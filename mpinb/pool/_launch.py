@@ -214,9 +214,12 @@ HOST_FILE_OPTIONS = ("-f", "-hostfile", "--hostfile", "-machinefile", "--machine
 
 
 def other_hosts(mpiexec_args: list[str]) -> list[str]:
-    """The hosts other than this one that mpiexec arguments name (``-hosts a,b``, ``--host a:2``,
-    a hostfile); a hostfile that cannot be read counts as naming other hosts."""
+    """The hosts other than this one that mpiexec may start ranks on: those its arguments name
+    (``-hosts a,b``, ``--host a:2``, a hostfile or rankfile) and those the environment names for
+    it (Hydra's ``HYDRA_HOST_FILE``, Open MPI's default hostfile, a batch allocation of several
+    nodes, whose nodes both MPIs use). A file that cannot be read counts as naming other hosts."""
     named: list[str] = []
+    files: list[str] = []
     for i, arg in enumerate(mpiexec_args):
         option, _, value = arg.partition("=")
         if value == "" and i + 1 < len(mpiexec_args):
@@ -224,13 +227,30 @@ def other_hosts(mpiexec_args: list[str]) -> list[str]:
         if option in HOST_LIST_OPTIONS:
             named += value.split(",")
         elif option in HOST_FILE_OPTIONS:
-            try:
-                with open(value) as handle:
-                    named += [line.split("#")[0].split()[0] for line in handle if line.split("#")[0].strip()]
-            except OSError:
-                return [value]
-    names = {name.split(":")[0] for name in named if name}
+            files.append(value)
+        elif option in RANK_FILE_OPTIONS:
+            return [f"the hosts of rankfile {value}"]
+    files += [os.environ[name] for name in HOST_FILE_VARIABLES if os.environ.get(name)]
+    for path in files:
+        try:
+            with open(path) as handle:
+                named += [line.split("#")[0].split()[0] for line in handle if line.split("#")[0].strip()]
+        except OSError:
+            return [path]
+    for variable, scheduler in ALLOCATION_NODE_COUNTS.items():
+        if int(os.environ.get(variable, "1") or "1") > 1:
+            return [f"the nodes of this {scheduler} allocation (${variable}={os.environ[variable]})"]
+    names = {name.split(":")[0].split("=")[-1] for name in named if name}
     return sorted(names - this_host_names())
+
+
+# Where mpiexec finds hosts without being told on its command line: Hydra's host file, and Open
+# MPI's default hostfile; and inside a batch allocation of several nodes, MPICH's Hydra and Open
+# MPI both start ranks on its nodes.
+HOST_FILE_VARIABLES = ("HYDRA_HOST_FILE", "OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile",
+                       "PBS_NODEFILE")
+RANK_FILE_OPTIONS = ("-rf", "--rankfile", "-rankfile")
+ALLOCATION_NODE_COUNTS = {"SLURM_JOB_NUM_NODES": "Slurm"}
 
 
 def this_host_names() -> set[str]:

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import psutil
 
 from .. import rank as _rank
-from .._protocol import DEATHWATCH_ENVIRONMENT, STACK_SIGNAL, STACKS_ENVIRONMENT, Hello
+from .._protocol import DEATHWATCH_ENVIRONMENT, EXPECTED_HOST_ENVIRONMENT, STACK_SIGNAL, STACKS_ENVIRONMENT, Hello
 from .._ranges import format_ranks
 from .._shared import remove_written_by
 from ..errors import PoolStartError
@@ -41,8 +42,10 @@ from ._launch import (
     rank_environment,
     slurm_job_files,
     srun_arguments,
+    this_host_names,
 )
 from ._pending import Pending, Relayed
+from ._processes import RankProcesses
 from ._runfolder import make_run_folder
 from ._watchdog import in_sessions, mpi_segments, remove_segments
 
@@ -79,6 +82,7 @@ class Supervisor:
         self.last_relayed = 0
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
         self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
+        self._local = RankProcesses({})  # the ranks' processes, when on this host
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -86,6 +90,8 @@ class Supervisor:
         """Launch the controller and the ranks; return once every rank answers."""
         check_memory(self.settings)
         environment = rank_environment(self.settings)
+        if self.settings.on_this_host:  # a rank elsewhere says so at once (see rank/_engine_main.py)
+            environment[EXPECTED_HOST_ENVIRONMENT] = socket.gethostname()
         self.run_folder = make_run_folder()
         self._start_watchdog()
         try:
@@ -179,8 +185,10 @@ class Supervisor:
             srun = srun_arguments() if settings.launcher == ALLOCATION_LAUNCHER else []
             # Ranks on other hosts get the controller's address and our settings through the
             # environment, which Open MPI's mpiexec passes there only when told.
+            # (and a rank of a pool taken for local must learn where it should be, even elsewhere)
             passed = (host_environment_arguments(mpiexec, [*environment, *ENGINE_CONNECTION_VARIABLES])
-                      if settings.local and not settings.on_this_host else [])
+                      if settings.local and not settings.on_this_host
+                      else host_environment_arguments(mpiexec, [EXPECTED_HOST_ENVIRONMENT]) if settings.local else [])
             cluster.config.MPIEngineSetLauncher.mpi_args = [*srun, *passed, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
         controller = cluster.config.LocalControllerLauncher
@@ -255,11 +263,27 @@ class Supervisor:
                 )
             self.engine_of[info["rank"]] = engine_id
             self.ranks_info[info["rank"]] = info
+        if self.settings.on_this_host:
+            self._check_hosts()
+            self._local = RankProcesses({rank: info["pid"] for rank, info in self.ranks_info.items()})
         if self.deaths is not None:
             self.deaths.watch_pids({rank: info["pid"] for rank, info in self.ranks_info.items()})
         if self.settings.on_this_host:
             self._mpi_segments |= mpi_segments(info["pid"] for info in self.ranks_info.values())
         self._open_relay()
+
+    def _check_hosts(self) -> None:
+        """Ranks taken to run here must: their processes are signalled, watched and swept here."""
+        here = this_host_names()
+        away = {rank: info["host"] for rank, info in self.ranks_info.items() if info["host"] not in here}
+        if away:
+            places = ", ".join(f"{format_ranks([rank], word=True)} on {host}" for rank, host in sorted(away.items()))
+            raise PoolStartError(
+                f"{places}, not on this host ({socket.gethostname()}), though nothing told mpinb that mpiexec "
+                "would start ranks elsewhere (its arguments name no host, nor do $HYDRA_HOST_FILE, Open MPI's "
+                "default hostfile or a batch allocation). Name the hosts (--hosts a,b or --hostfile FILE; "
+                "Pool(mpiexec_args=[...])) so that the pool runs as one across hosts."
+            )
 
     def _open_relay(self) -> None:
         """Rank 0 opens the relay of runs and every other rank follows it (see mpinb.rank._relay)."""
@@ -453,11 +477,7 @@ class Supervisor:
     def signal(self, ranks: list[int], signum: int) -> None:
         """A signal to the ranks: directly when on this host, through the engines' nannies elsewhere."""
         if self.settings.on_this_host:
-            for rank in ranks:
-                try:
-                    os.kill(self.ranks_info[rank]["pid"], signum)
-                except ProcessLookupError:
-                    pass
+            self._local.signal(ranks, signum)
         else:
             self.client.send_signal(int(signum), targets=self.engines(ranks), block=False)
 
@@ -483,11 +503,8 @@ class Supervisor:
             remove_written_by([info["pid"] for info in self.ranks_info.values()])
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
             # not: Open MPI's forwards the launcher's SIGINT and leaves the ranks to their fate.
-            for info in self.ranks_info.values():
-                try:
-                    os.kill(info["pid"], signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            self._local.signal(list(self.ranks_info), signal.SIGTERM)
+        self._local.close()
         self.engine_of.clear()
         self.ranks_info.clear()
         tree = self._launched_processes()

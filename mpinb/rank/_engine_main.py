@@ -90,7 +90,24 @@ def _remove_mpi_segments() -> None:
             pass
 
 
+def _refuse_a_host_not_expected() -> None:
+    """A pool that takes its ranks to run on its own host listens on Unix sockets there, and
+    signals and sweeps their processes there: a rank that mpiexec started elsewhere (hosts it
+    found in a file or an allocation mpinb did not know of) says so and ends the job at once,
+    rather than waiting in vain for the controller."""
+    import socket
+
+    expected = os.environ.get("MPINB_EXPECTED_HOST")  # EXPECTED_HOST_ENVIRONMENT of mpinb._protocol
+    here = socket.gethostname()
+    if expected and here != expected:
+        print(f"mpinb: this rank runs on {here}, not on {expected}, where the pool expects every rank: name the "
+              "hosts (--hosts a,b or --hostfile FILE) so that the pool runs as one across hosts.",
+              file=sys.stderr, flush=True)
+        os._exit(3)
+
+
 if __name__ == "__main__":
+    _refuse_a_host_not_expected()
     outcome: object = 1
     try:
         outcome = main()
