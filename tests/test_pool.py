@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 
 import numpy as np
@@ -105,6 +107,7 @@ def test_scatter_of_fewer_large_rows_than_ranks_leaves_the_last_ranks_empty(any_
     np.testing.assert_array_equal(any_pool.gather("few"), data)
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 @pytest.mark.parametrize("rows", [8, 2**17], ids=["small", "large"])
 def test_array_subclasses_keep_their_type_both_ways(any_pool, rows):
     masked = np.ma.masked_array(np.arange(rows * 2, dtype=float).reshape(rows, 2), mask=False)
@@ -303,6 +306,50 @@ def test_output_is_capped_with_a_notice(pool4):
     assert lines[:50] == [str(i) for i in range(50)]
     assert "output cut: 99,950 more lines" in res.stdout[0]
     assert res.dropped_lines == {0: 99_950}
+
+
+def test_what_the_file_descriptors_receive_is_output_too_and_capped(pool4):
+    res = pool4.run("import os\nos.write(1, f'fd {rank}\\n'.encode())\nos.write(2, b'err\\n')")
+    assert res.stdout == {r: f"fd {r}\n" for r in range(4)}, "every rank's, the relayed ones' too"
+    assert res.stderr == {r: "err\n" for r in range(4)}
+    pool4.max_output_lines = 5
+    try:
+        res = pool4.run("import os\nfor i in range(1000):\n    os.write(1, b'%d\\n' % i)\n"
+                        "from IPython.display import display\nfor i in range(100):\n    display(i)")
+    finally:
+        pool4.max_output_lines = 10_000
+    for r in range(4):  # the file descriptors are read by a thread: a display may come first
+        text, notice = res.stdout[r].split("\n[mpinb] output cut: ")
+        shown = text.splitlines()
+        assert shown == [str(i) for i in range(len(shown))], text[:200]
+        assert len(shown) + len(res.outputs[r]) == 5, "lines and displays share the cap"
+        lines, displays = re.match(r"([\d,]+) more lines .*?(?:and ([\d,]+) displays )?not shown", notice).groups()
+        assert int(lines.replace(",", "")) + int(displays or 0) == 1000 + 100 - 5, notice
+
+
+def test_a_rank_log_keeps_a_bounded_copy_of_its_file_descriptors(pool4):
+    """The log lives as long as the pool: 6 MB written to fd 1 leave at most 4 MB there."""
+    log = pool4._supervisor.cluster.engines[next(iter(pool4._supervisor.cluster.engines))].output_file
+    before = os.path.getsize(log)
+    res = pool4.run("import os\nfor _ in range(6 * 64):\n    os.write(1, b'.' * 16383 + b'\\n')",
+                    targets=[0])
+    assert "output cut" in res.stdout[0]
+    grown = os.path.getsize(log) - before
+    assert 0 < grown <= 4 * 2**20 + 200, grown
+    with open(log, "rb") as handle:
+        handle.seek(before)
+        assert b"this rank's log keeps the first 4 MB of its stdout" in handle.read()
+
+
+def test_text_that_cannot_be_encoded_loses_nothing_else(any_pool):
+    res = any_pool.run("print('before')\nprint('bad \\udcff surrogate')\nprint('after')")
+    assert set(res.stdout.values()) == {"before\nbad \\udcff surrogate\nafter\n"}
+
+
+def test_a_closed_stdout_fails_that_cell_only(any_pool):
+    with pytest.raises(mpinb.RankError, match="I/O operation on closed file"):
+        any_pool.run("import sys\nprint('open')\nsys.stdout.close()\nprint('closed')")
+    assert set(any_pool.run("print('printing again')").stdout.values()) == {"printing again\n"}
 
 
 def test_rich_display_is_kept_per_rank(pool4):

@@ -11,12 +11,18 @@ and read it only once it holds complete JSON (the controller does not write it a
 
 import json
 import os
+import select
 import sys
 import time
 import traceback
 
+# ipykernel reads a rank's file descriptors 1 and 2 (os.write, C extensions) unless it believes
+# itself under pytest: ranks of a pool started by a test must behave as a user's do.
+os.environ.pop("PYTEST_CURRENT_TEST", None)
 sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]  # `import debugpy` fails fast: no debugger
 
+from ipykernel.iostream import PIPE_BUFFER_SIZE as _PIPE_BUFFER_SIZE  # noqa: E402
+from ipykernel.iostream import OutStream  # noqa: E402
 from ipyparallel.engine.app import IPEngine, main  # noqa: E402
 
 _FILE_POLL_S = 0.005
@@ -53,6 +59,47 @@ def _stop_now(self: IPEngine, signum: int, frame: object) -> None:
 
 
 IPEngine._signal_stop = _stop_now
+
+# What a rank's file descriptors 1 and 2 receive is also copied to its log file, which lives as
+# long as the pool: this much per stream, then a line saying that the rest went to the notebook.
+LOG_COPY_LIMIT = 4 * 2**20
+
+
+def _watch_pipe_fd(self: OutStream) -> None:
+    """ipykernel's reader of fd 1 or 2 (``OutStream._watch_pipe_fd``), with two changes: the text
+    goes through the running cell's output cap (``mpinb.rank._output.from_file_descriptor``),
+    and the copy to the log file is bounded by ``LOG_COPY_LIMIT``."""
+    if self._fid is None:
+        return
+    from mpinb.rank import _output
+
+    _output.watched.append(self)
+    copied = 0
+    try:
+        while True:
+            # busy from the moment data waits until it has gone through: a drain that finds the
+            # pipe empty and this reader not busy knows that all written so far has been handled
+            select.select([self._fid], [], [])
+            self._mpinb_reading = True  # type: ignore[attr-defined]  # read by _output.drain_file_descriptors
+            data = os.read(self._fid, _PIPE_BUFFER_SIZE)
+            if not data or not self._should_watch:
+                break
+            _output.from_file_descriptor(self, data.decode(errors="replace"))
+            if copied < LOG_COPY_LIMIT:
+                os.write(self._original_stdstream_copy, data[:LOG_COPY_LIMIT - copied])
+                copied += len(data)
+                if copied >= LOG_COPY_LIMIT:
+                    os.write(self._original_stdstream_copy, f"\n[mpinb] this rank's log keeps the first "
+                             f"{LOG_COPY_LIMIT // 2**20} MB of its {self.name}; the rest went to the "
+                             "notebook only.\n".encode())
+            self._mpinb_reading = False  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - as ipykernel's: kept for its flush to raise
+        self._exc = sys.exc_info()
+    finally:
+        self._mpinb_reading = False  # type: ignore[attr-defined]
+
+
+OutStream._watch_pipe_fd = _watch_pipe_fd  # type: ignore[method-assign]
 
 
 def _exit(code: object) -> None:

@@ -1,11 +1,15 @@
-"""Caps what one rank may print in one cell, so that a runaway loop cannot freeze the browser."""
+"""Caps what one rank may print in one cell, so that a runaway loop cannot freeze the browser:
+text printed from Python, written to the file descriptors (``os.write``, a C extension), and
+displays alike; and keeps output whole (text that cannot be encoded, a closed ``sys.stdout``)."""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class CappedStream:
@@ -17,9 +21,26 @@ class CappedStream:
         self._chars_left = max_chars
         self.dropped_lines = 0
         self.dropped_chars = 0
+        self.dropped_displays = 0
         self.wrote = False
+        self.closed = False
+        self._lock = threading.Lock()  # the file descriptors' text comes from ipykernel's thread
 
     def write(self, text: str) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if not text.isascii():  # a lone surrogate would fail the whole batch when it is sent
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        with self._lock:
+            return self._write(text)
+
+    def close(self) -> None:
+        """Closed for the rest of this cell, as a file would be; the next cell prints again."""
+        self.closed = True
+
+    def _write(self, text: str) -> int:
         self.wrote = self.wrote or bool(text)
         if self.dropped_chars:
             self._drop(text)
@@ -43,6 +64,15 @@ class CappedStream:
         self._drop(text[len(keep):])
         return len(text)
 
+    def take_display(self) -> bool:
+        """Whether one more display fits (it counts as a line); counted as dropped if not."""
+        with self._lock:
+            if self._lines_left > 0 and not self.dropped_chars:
+                self._lines_left -= 1
+                return True
+            self.dropped_displays += 1
+            return False
+
     def _drop(self, text: str) -> None:
         self.dropped_chars += len(text)
         self.dropped_lines += text.count("\n")
@@ -57,20 +87,59 @@ class CappedStream:
 
 # How many display messages (rich outputs, figures, clear_output) this rank has sent.
 displays = 0
+# The cell's caps while it runs: each display counts as a line of stdout's.
+_capping: dict[str, CappedStream] = {}
 
 
 def count_displays(display_pub) -> None:
     """Count what the rank's display publisher sends (a relayed run's notebook side then waits
-    for it, as it does for printed text)."""
+    for it, as it does for printed text), and drop displays beyond the cell's cap."""
     for name in ("publish", "clear_output"):
         send = getattr(display_pub, name)
 
         def counted(*args, _send=send, **kwargs):
             global displays
+            capped = _capping.get("stdout")
+            if capped is not None and not capped.take_display():
+                return None
             displays += 1
             return _send(*args, **kwargs)
 
         setattr(display_pub, name, counted)
+
+
+# ipykernel's streams whose file descriptor is watched (see mpinb/rank/_engine_main.py)
+watched: list[Any] = []
+
+
+def from_file_descriptor(stream: Any, text: str) -> None:
+    """Text read from fd 1 or 2 (``os.write``, a C extension's printf): through the cell's cap
+    while a cell runs, so that it counts and travels as printed text does."""
+    capped = _capping.get(stream.name)
+    if capped is not None and not capped.closed:
+        capped.write(text)
+    else:
+        stream.write(text)
+
+
+def drain_file_descriptors(timeout: float = 0.25) -> None:
+    """Wait until ipykernel has read what the cell wrote to the file descriptors (a thread reads
+    them), so that the cell's output is complete when its reply goes."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + timeout
+    for stream in watched:
+        fid = getattr(stream, "_fid", None)
+        while fid is not None and time.monotonic() < deadline:
+            pending = bytearray(4)
+            try:
+                fcntl.ioctl(fid, termios.FIONREAD, pending)
+            except OSError:
+                break
+            if not int.from_bytes(pending, sys.byteorder) and not getattr(stream, "_mpinb_reading", False):
+                break
+            time.sleep(0.001)
 
 
 @contextmanager
@@ -82,18 +151,23 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
     out = CappedStream(saved[0], max_lines, max_chars)
     err = CappedStream(saved[1], max_lines, max_chars)
     sys.stdout, sys.stderr = out, err
+    _capping.update(stdout=out, stderr=err)
     try:
         yield dropped
     finally:
+        drain_file_descriptors()
+        _capping.clear()
         sys.stdout, sys.stderr = saved
         dropped["wrote"] = int(out.wrote or err.wrote)
         for capped, stream in ((out, saved[0]), (err, saved[1])):
-            if capped.dropped_chars:
-                dropped["lines"] += capped.dropped_lines
+            if capped.dropped_chars or capped.dropped_displays:
+                dropped["lines"] += capped.dropped_lines + capped.dropped_displays
                 dropped["chars"] += capped.dropped_chars
+                parts = [f"{capped.dropped_lines:,} more lines ({capped.dropped_chars:,} characters)"]
+                if capped.dropped_displays:
+                    parts = [*parts[:bool(capped.dropped_chars)], f"{capped.dropped_displays:,} displays"]
                 stream.write(
-                    f"\n[mpinb] output cut: {capped.dropped_lines:,} more lines "
-                    f"({capped.dropped_chars:,} characters) not shown. "
+                    f"\n[mpinb] output cut: {' and '.join(parts)} not shown. "
                     "Print less, or raise the cap with Pool(max_output_lines=...).\n"
                 )
         # No flush here: the engine flushes after every request, and a flush costs a thread hop.
