@@ -26,17 +26,38 @@ POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 
 
+# This checkout's mpinb: pools of another checkout or install (a second test run, the user's own
+# notebook) are theirs, not this run's.
+OUR_MPINB = os.path.dirname(os.path.abspath(mpinb.__file__))
+
+
 def pool_processes() -> list[psutil.Process]:
-    """Every process on this machine that belongs to some MPI pool."""
+    """Every process on this machine that belongs to a pool of this checkout's mpinb."""
     found = []
     for proc in psutil.process_iter(["cmdline", "name"]):
         try:
             text = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
         except psutil.Error:
             continue
-        if any(marker in text for marker in POOL_MARKERS):
+        if any(marker in text for marker in POOL_MARKERS) and _of_this_checkout(proc, text):
             found.append(proc)
     return found
+
+
+def _of_this_checkout(proc: psutil.Process, text: str) -> bool:
+    """Whether the process, or one of its parents (mpiexec's daemons name no file), runs this
+    checkout's mpinb; a process whose parents are gone counts, to be safe."""
+    for _ in range(8):
+        if OUR_MPINB in text:
+            return True
+        try:
+            parent = proc.parent()
+            if parent is None or parent.pid == 1:
+                return proc.ppid() in (0, 1) and not any(marker in text for marker in ("/mpinb/",))
+            proc, text = parent, " ".join(parent.cmdline())
+        except psutil.Error:
+            return True
+    return False
 
 
 def wait_until_gone(seconds: float = 10.0, ignore: set[int] = frozenset()) -> list[psutil.Process]:
