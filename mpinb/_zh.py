@@ -317,4 +317,6 @@ ZH: dict[str, str] = {
     "{ranks} have the new value": "{ranks} 已有新值",
     "{ranks} keep what they had": "{ranks} 保留原来的值",
     "nothing was returned, run it again": "没有返回任何结果，请重新运行",
+    "the data move had ended when the interrupt came: a push or scatter is complete on every rank":
+        "中断到来时数据传输已经结束：push 或 scatter 已在每个 rank 上完成",
 }

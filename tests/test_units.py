@@ -636,3 +636,19 @@ def test_the_main_threads_stack_is_read_from_the_last_dump(tmp_path):
     assert where(None, {}) == "its stack could not be read"
     assert where(frames[2:], {}) == "in _exec_cell of _execute.py"  # no user frame at all
     assert _parse(str(path), path.stat().st_size) is None  # nothing written since
+
+
+def test_a_stop_that_comes_when_a_data_move_is_done_still_stops_the_cell():
+    import os
+    import signal as signals
+    import time
+
+    from mpinb.pool._data import stop_button
+
+    handler = signals.getsignal(signals.SIGINT)
+    with pytest.raises(KeyboardInterrupt, match="the data move had ended when the interrupt came"):
+        with stop_button() as interrupts:
+            os.kill(os.getpid(), signals.SIGINT)
+            time.sleep(0.01)
+            assert interrupts, "noted, not raised inside the move"
+    assert signals.getsignal(signals.SIGINT) is handler, "the notebook's own handler is back"

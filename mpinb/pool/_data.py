@@ -41,6 +41,9 @@ def stop_button() -> Iterator[list[int]]:
         yield came
     finally:
         signal.signal(signal.SIGINT, previous)
+    if came:  # it came when every part was done: the move is whole, and the stop still counts
+        raise KeyboardInterrupt(say("the data move had ended when the interrupt came: a push or scatter is "
+                                    "complete on every rank"))
 
 
 def finish(supervisor: Supervisor, parts: dict[int, Any], move: str, timeout: float | None,
