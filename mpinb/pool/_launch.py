@@ -274,6 +274,17 @@ def host_environment_arguments(mpiexec: str, names: list[str]) -> list[str]:
 
 
 def mpi_family(mpiexec: str) -> str | None:
+    """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell. Asked once
+    per launcher file (a pool's start needs it, and the command costs a process)."""
+    try:
+        modified = os.stat(mpiexec).st_mtime
+    except OSError:
+        modified = 0.0
+    return _family_of(mpiexec, modified)
+
+
+@functools.lru_cache(maxsize=8)
+def _family_of(mpiexec: str, modified: float) -> str | None:
     """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell."""
     import subprocess
 
