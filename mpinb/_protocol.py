@@ -23,6 +23,9 @@ DEATHWATCH_ENVIRONMENT = "MPINB_DEATHWATCH"
 EXPECTED_HOST_ENVIRONMENT = "MPINB_EXPECTED_HOST"
 # The key under which a blocked rank publishes its wait on ipyparallel's data channel.
 WAIT_KEY = "mpinb_wait"
+# What a rank sends through the relay in place of a reply too large for it (a pickle never
+# looks like this): the notebook then fetches the reply from the rank (see mpinb.rank._relay).
+KEPT_REPLY = b"mpinb: kept on its rank"
 # The key under which a rank of a relayed run says that its part is over (see mpinb.rank._relay).
 DONE_KEY = "mpinb_done"
 
@@ -41,6 +44,27 @@ DEBUG_REPLY = "mpinb_debug_reply"
 PROGRESS_KEY = "mpinb_progress"
 
 WaitKind = Literal["send", "recv", "collective", "wait"]
+
+
+class RelayKeys(TypedDict):
+    """The CurveZMQ keys (Z85) of an encrypted relay of runs: rank 0's pair, and one pair for
+    every other rank, the only one that rank 0 lets in. Each side gets the secret of its own pair
+    only (``b""`` in place of the other's), through ipyparallel's encrypted channel."""
+
+    hub_public: bytes
+    hub_secret: bytes
+    member_public: bytes
+    member_secret: bytes
+
+
+def relay_keys() -> tuple[RelayKeys, RelayKeys]:
+    """New keys of an encrypted relay: what rank 0 gets, what the other ranks get."""
+    import zmq
+
+    hub_public, hub_secret = zmq.curve_keypair()
+    member_public, member_secret = zmq.curve_keypair()
+    return (RelayKeys(hub_public=hub_public, hub_secret=hub_secret, member_public=member_public, member_secret=b""),
+            RelayKeys(hub_public=hub_public, hub_secret=b"", member_public=member_public, member_secret=member_secret))
 
 
 class Limits(TypedDict):

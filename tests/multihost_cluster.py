@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,6 +75,39 @@ def namespace_hosts(count: int) -> Iterator[tuple[str, list[Host]]]:
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
         _ip("link", "del", bridge, check=False)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
+    """Every frame that the hosts send or receive while inside, as an eavesdropper on the
+    cluster's network sees them (a packet capture on the bridge's ports)."""
+    listed = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    tags = {host.namespace.split("-")[0] for host in hosts}
+    ports = [line.split(":")[1].strip().split("@")[0] for line in listed.splitlines()
+             if any(f" {tag}o" in line for tag in tags)]
+    assert ports, "the bridge has ports to listen on"
+    captures = []
+    for port in ports:
+        capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))  # every protocol
+        capture.bind((port, 0))
+        captures.append(capture)
+    captured = bytearray()
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for ready in select.select(captures, [], [], 0.05)[0]:
+                captured.extend(ready.recv(1 << 16))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield captured
+    finally:
+        done.set()
+        reader.join(5)
+        for capture in captures:
+            capture.close()
 
 
 def _kill_namespace(namespace: str) -> None:

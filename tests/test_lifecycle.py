@@ -38,6 +38,7 @@ def test_bad_sizes_are_refused_before_anything_starts(n, error):
     ("env", ["A=1"], TypeError, "env must map variable names to values"),
     ("yield_when_idle", "no", TypeError, "yield_when_idle must be True, False or None"),
     ("controller_ip", 127, TypeError, "controller_ip must be text"),
+    ("encrypt", "yes", TypeError, "encrypt must be True, False or None"),
 ])
 def test_bad_options_are_refused_at_the_door(option, value, error, message):
     with pytest.raises(error, match=message):

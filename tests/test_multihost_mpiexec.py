@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import threading
 import time
+import uuid
 
 import psutil
 import pytest
@@ -23,10 +24,12 @@ from multihost_cluster import (
     check_deadlock_across_hosts,
     launch_agent,
     namespace_hosts,
+    sniffing,
 )
 
 import mpinb
 from mpinb.notebook import _session as session
+from mpinb.pool import _launch
 from mpinb.pool._launch import find_mpiexec
 
 pytestmark = pytest.mark.skipif(
@@ -85,6 +88,40 @@ def test_ranks_on_two_hosts_form_one_world(pool):
     supervisor = pool._supervisor
     assert not supervisor.settings.on_this_host and supervisor.deaths is None
     assert supervisor.cluster.controller_ip == "*", "ranks elsewhere reach the controller"
+
+
+def _eavesdrop(pool, hosts) -> tuple[bytes, bytearray]:
+    """A secret that a cell carries in its code, its output and its value, and what an
+    eavesdropper on the hosts' network saw while the cell ran on them."""
+    secret = f"secret-{uuid.uuid4().hex}"
+    with sniffing(hosts) as captured:
+        result = pool.run(f"print({secret!r})\n{secret!r} * rank")
+    assert result.stdout == {r: secret + "\n" for r in HOSTS} and result.value[1] == secret
+    assert len(captured) > 4000, "the cell's messages crossed the network"
+    return secret.encode(), captured
+
+
+@pytest.mark.timeout(120)
+def test_an_eavesdropper_on_the_network_reads_nothing_of_a_pool_across_hosts(pool, hosts):
+    """Encrypted by default across hosts: code, output and values cross the network, unreadable."""
+    assert pool.settings.encrypted and pool._supervisor.client.session.key, "encrypted, and signed too"
+    secret, captured = _eavesdrop(pool, hosts[0])
+    assert secret not in captured
+
+
+@pytest.mark.timeout(180)
+def test_the_eavesdropper_reads_a_pool_that_was_told_not_to_encrypt(hosts, existing_pools):
+    """The same capture of a pool started with --no-encrypt sees the secret: the check above can fail."""
+    from conftest import wait_until_gone
+
+    namespaces, agent = hosts
+    mpiexec = find_mpiexec()
+    plain = mpinb.Pool(4, mpiexec_args=[*_launch.host_arguments(mpiexec, "node1,node2"),
+                                        *agent_arguments(mpiexec, agent)], start_timeout=60, encrypt=False)
+    with plain:
+        secret, captured = _eavesdrop(plain, namespaces)
+    assert secret in captured
+    assert not wait_until_gone(10, existing_pools)
 
 
 @pytest.mark.timeout(120)
@@ -216,8 +253,6 @@ def test_ranks_started_elsewhere_than_the_pool_expects_say_so_at_once(hosts, mon
     the ranks find themselves on node1 and node2, not here, and end the start at once saying so,
     instead of waiting in vain for a controller that listens on this host only."""
     from conftest import wait_until_gone
-
-    from mpinb.pool import _launch
 
     namespaces, agent = hosts
     there = {host.name: sorted(_processes_on(host)) for host in namespaces}  # the module's own pool, if up

@@ -130,6 +130,101 @@ def test_only_a_rank_that_says_a_signed_hello_counts_as_joined():
             sock.close(linger=0)
 
 
+def test_a_local_pool_can_be_encrypted_too():
+    """Across hosts a pool is encrypted by default; here on request (`%mpi start --encrypt`):
+    every socket, ipyparallel's and the relay's, and every message still signed."""
+    assert not mpinb.Pool(2).settings.encrypted and mpinb.Pool(2, mpiexec_args=["-hosts", "n1,n2"]).settings.encrypted
+    with mpinb.Pool(3, encrypt=True) as pool:
+        client = pool._supervisor.client
+        assert client._config.get("curve_serverkey") and client.session.key
+        assert pool.run("print(rank)\nrank * 2").value == {0: 0, 1: 2, 2: 4}
+        assert pool._supervisor.relaying and pool.last_result.stdout == {r: f"{r}\n" for r in range(3)}
+
+
+def _stranger_with_keys(kind: int, address: str, hub_public: bytes) -> zmq.Socket:
+    """A socket of someone who knows the relay's public key (CurveZMQ takes it as public) but
+    is not a rank: a key pair of their own."""
+    public, secret = zmq.curve_keypair()
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = hub_public, public, secret
+    sock.connect(address)
+    return sock
+
+
+def test_an_encrypted_relay_lets_in_the_ranks_key_only():
+    from mpinb._protocol import relay_keys
+    from mpinb.rank._relay import _HELLO, _Hub, _Signer
+
+    signer = _Signer(os.urandom(32))
+    hub_keys, member_keys = relay_keys()
+    assert not hub_keys["member_secret"] and not member_keys["hub_secret"], "each side its own secret only"
+    hub = _Hub(("tcp://127.0.0.1:0", "tcp://127.0.0.1:0"), signer, hub_keys)
+    runs, replies = hub.addresses()
+    context = zmq.Context.instance()
+    listener = _stranger_with_keys(zmq.SUB, runs, hub_keys["hub_public"])
+    speaker = _stranger_with_keys(zmq.PUSH, replies, hub_keys["hub_public"])
+    member = context.socket(zmq.PUSH)
+    member.setsockopt(zmq.LINGER, 0)
+    member.curve_serverkey = member_keys["hub_public"]
+    member.curve_publickey, member.curve_secretkey = member_keys["member_public"], member_keys["member_secret"]
+    try:
+        listener.setsockopt(zmq.SUBSCRIBE, b"")
+        speaker.send_multipart([b"0 1", _HELLO, signer.sign(b"0 1", _HELLO)])  # even knowing the HMAC key
+        assert hub.wait_for_members({1}, timeout=1.0) == set(), "the stranger's hello never arrives"
+        assert not listener.poll(200), "and the stranger hears none of the pings"
+        member.connect(replies)
+        member.send_multipart([b"0 2", _HELLO, signer.sign(b"0 2", _HELLO)])
+        assert hub.wait_for_members({2}, timeout=5) == {2}, "a rank's key gets in"
+    finally:
+        for sock in (listener, speaker, member, hub.runs, hub.replies):
+            sock.close(linger=0)
+        hub.authenticator.stop()
+
+
+def test_a_frame_larger_than_a_reply_may_be_never_reaches_rank_0s_memory():
+    """Rank 0 drops the connection of whoever sends more than ``max_reply_bytes`` in one frame,
+    and goes on gathering the others' replies."""
+    from mpinb.rank._relay import _HELLO, _Hub, _Signer
+
+    signer = _Signer(os.urandom(32))
+    hub = _Hub(("tcp://127.0.0.1:0", "tcp://127.0.0.1:0"), signer, max_reply_bytes=2**20)
+    _, replies = hub.addresses()
+    context = zmq.Context.instance()
+    flooder, rank1 = context.socket(zmq.PUSH), context.socket(zmq.PUSH)
+    try:
+        for sock in (flooder, rank1):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(replies)
+        flooder.send_multipart([b"1 1", b"x" * 2**22, b"signature"], copy=False)
+        rank1.send_multipart([b"0 1", _HELLO, signer.sign(b"0 1", _HELLO)])
+        assert hub.wait_for_members({1}, timeout=5) == {1}
+        assert not hub.replies.poll(200), "the large frame was dropped, not queued"
+    finally:
+        for sock in (flooder, rank1, hub.runs, hub.replies):
+            sock.close(linger=0)
+
+
+def test_a_reply_too_large_for_the_relay_is_fetched_from_its_rank_exactly(monkeypatch):
+    import numpy as np
+
+    from mpinb._protocol import KEPT_REPLY
+    from mpinb.pool._pending import Relayed
+    from mpinb.rank._relay import MAX_REPLY_BYTES
+
+    notes: list = []
+    fetch = Relayed._fetch_kept
+    monkeypatch.setattr(Relayed, "_fetch_kept", lambda self, gathered: fetch(self, notes.append(gathered) or gathered))
+    rows = MAX_REPLY_BYTES // 8 + 1000
+    with mpinb.Pool(3) as pool:
+        result = pool.run(f"import numpy as np\nnp.arange({rows}, dtype=float) + rank")
+        assert [reply == KEPT_REPLY for reply in notes[-1]] == [False, True, True], "ranks 1-2 kept theirs"
+        for rank in range(3):
+            assert np.array_equal(result.value[rank], np.arange(rows, dtype=float) + rank)
+        left = pool.run("from mpinb.rank import _relay\n_relay._member.kept if _relay._member else {}", targets="1-2")
+        assert left.value == {1: {}, 2: {}}, "taken, not kept on the ranks"
+
+
 def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
     """SIGKILL gives the notebook no chance to clean up: the watchdog sweeps what the pool made."""
     segments_before = {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}

@@ -109,6 +109,11 @@ def _start_parser(name: str) -> _Parser:
     parser.add_argument("--start-timeout", type=_positive_float, metavar="S",
                         help="give up if the ranks are not all up after S seconds "
                              "(default: 60, plus 1 per rank beyond one per core)")
+    encryption = parser.add_mutually_exclusive_group()
+    encryption.add_argument("--encrypt", dest="encrypt", action="store_const", const=True,
+                            help="encrypt every socket of the pool (CurveZMQ; default when ranks run on other hosts)")
+    encryption.add_argument("--no-encrypt", dest="encrypt", action="store_const", const=False,
+                            help="sign messages only, do not encrypt them")
     batch = parser.add_argument_group("batch systems (--launcher slurm, pbs, ...)")
     batch.add_argument("--partition", help="partition (queue) to submit to")
     batch.add_argument("--time", help="time limit, e.g. 1:00:00")
@@ -128,7 +133,7 @@ def _run_parser() -> _Parser:
 
 LINE_USAGE = """\
 %mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--start-timeout S]
-           [--partition P --time T --account A] [-- mpiexec args]
+           [--encrypt | --no-encrypt] [--partition P --time T --account A] [-- mpiexec args]
                                                         start the pool
 %mpi stop | restart [-n N] | status                     manage it
 %mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
@@ -201,6 +206,8 @@ class MPIMagics(Magics):
             raise UsageError(str(err)) from None
         if args.start_timeout is not None:
             options["start_timeout"] = args.start_timeout
+        if args.encrypt is not None:
+            options["encrypt"] = args.encrypt
         if word == "start":
             session.start_pool(args.n, **options)
         else:

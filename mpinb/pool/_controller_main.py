@@ -12,11 +12,18 @@ Over ``ipc``, ipyparallel's controller binds ``<prefix>-<port>`` while its clien
 connect to ``<prefix>:<port>`` (ipyparallel 9): the controller here spells it their way, so that a
 local pool can listen on Unix sockets in its private folder only (see ``_runfolder``).
 
+With CurveZMQ (``--IPController.enable_curve=True``), ipyparallel drops its HMAC key, which lets
+anyone who learns the controller's public key (which CurveZMQ takes as public) send it
+messages. The controller here keeps a key of its own making, so that every message is encrypted
+and signed; the key goes to the connection files only (0600), never onto a command line.
+
 Run as a script: the heart monitor runs in a forked process that inherits the patched class.
 """
 
 import math
 import os
+import secrets
+import sys
 import time
 
 from ipyparallel.controller.app import IPController, main
@@ -61,5 +68,14 @@ IPController.construct_url = _url_as_clients_spell_it
 HeartMonitor.start = _start_fast
 HeartMonitor.beat = _beat_then_maybe_slow_down
 
+
+
+def _signed_as_well_as_encrypted(argv: list[str]) -> None:
+    curve = "--IPController.enable_curve=True" in argv or os.environ.get("IPP_ENABLE_CURVE") == "1"
+    if curve and not any(arg.startswith("--Session.key") for arg in argv):
+        argv.append(f"--Session.key={secrets.token_hex(32)}")  # sys.argv only: /proc shows the original
+
+
 if __name__ == "__main__":
+    _signed_as_well_as_encrypted(sys.argv)
     main()

@@ -65,6 +65,16 @@ class LaunchSettings:
     env: dict[str, str] = field(default_factory=dict)
     yield_when_idle: bool | None = None
     launcher_options: dict = field(default_factory=dict)
+    encrypt: bool | None = None
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether every socket of the pool is encrypted (CurveZMQ): when asked, or when
+        ipyparallel is told so (``IPP_ENABLE_CURVE=1``), or by default when ranks run elsewhere
+        (their messages cross a network that others share)."""
+        if self.encrypt is not None:
+            return self.encrypt
+        return os.environ.get("IPP_ENABLE_CURVE") == "1" or not self.on_this_host
 
     @property
     def local(self) -> bool:

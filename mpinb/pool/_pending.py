@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 from .. import rank as _rank
-from .._protocol import DONE_KEY, Reply
+from .._protocol import DONE_KEY, KEPT_REPLY, Reply
 
 RankReply = Reply | BaseException | None  # an exception for a failed request, None if still running
+KEPT_FETCH_TIMEOUT = 60.0  # a large reply left on its rank comes within this (hundreds of MB)
 
 
 class _Sent:
@@ -115,6 +116,7 @@ class Relayed(_Sent):
     """
 
     def __init__(self, supervisor: Any, call_name: str, args: tuple, ranks: list[int]):
+        self.supervisor = supervisor
         self.client = client = supervisor.client
         self.ranks = ranks
         self.cell = supervisor.last_relayed = next(supervisor.relayed_runs)
@@ -169,8 +171,21 @@ class Relayed(_Sent):
                 self._replies = [err] * len(self.ranks)
             else:
                 self._replies = [pickle.loads(reply) if isinstance(reply, bytes) else reply
-                                 for reply in gathered]
+                                 for reply in self._fetch_kept(gathered)]
         return self._replies
+
+    def _fetch_kept(self, gathered: list) -> list:
+        """The replies, with those too large to relay fetched from their ranks directly."""
+        kept = [rank for rank, reply in zip(self.ranks, gathered) if reply == KEPT_REPLY]
+        if not kept:
+            return gathered
+        request = self.supervisor.view(kept).apply_async(_rank.take_kept, self.cell)
+        try:
+            fetched: list = list(request.get(timeout=KEPT_FETCH_TIMEOUT))
+        except Exception as err:  # noqa: BLE001 - a rank died or stalls: its reply is lost, and says why
+            fetched = [RuntimeError(f"its reply was too large to relay and could not be fetched: {err}")] * len(kept)
+        by_rank = dict(zip(kept, fetched))
+        return [by_rank.get(rank, reply) for rank, reply in zip(self.ranks, gathered)]
 
     def wait_for_output(self, timeout: float) -> None:
         """Rank 0's output ends with its request; another rank that wrote says so when its output

@@ -71,6 +71,9 @@ class Pool:
     - ``trace_capacity``, ``trace_budget``: MPI calls one rank, and a run's ranks together, record.
     - ``controller_ip``: the address the controller listens on (default: a private folder of Unix
       sockets when every rank runs here; this host's name otherwise).
+    - ``encrypt``: CurveZMQ on every socket of the pool, the relay of runs included (default:
+      when ranks run on other hosts; a pool on this host listens where only you can reach).
+      Every message is signed (HMAC) either way.
     """
 
     start_timeout = Checked(optional_seconds)
@@ -97,6 +100,7 @@ class Pool:
         controller_ip: str | None = None,
         launcher_options: Mapping[str, object] | None = None,
         stop_timeout: float | None = None,
+        encrypt: bool | None = None,
     ):
         n = default_size() if n is None else rank_count(n)
         if isinstance(mpiexec_args, str) or not all(isinstance(arg, str) for arg in mpiexec_args):
@@ -108,6 +112,9 @@ class Pool:
         if yield_when_idle not in (None, True, False):
             raise TypeError(f"yield_when_idle must be True, False or None (decide by ranks per core), "
                             f"not {yield_when_idle!r}")
+        if encrypt not in (None, True, False):
+            raise TypeError(f"encrypt must be True, False or None (encrypt when ranks run on other hosts), "
+                            f"not {encrypt!r}")
         if env is not None and (not isinstance(env, Mapping)
                                 or not all(isinstance(key, str) and key for key in env)):
             raise TypeError(f"env must map variable names to values, e.g. {{'OMP_NUM_THREADS': '2'}}, not {env!r}")
@@ -119,6 +126,7 @@ class Pool:
             env={key: str(value) for key, value in (env or {}).items()},
             yield_when_idle=yield_when_idle,
             launcher_options=dict(launcher_options or {}),
+            encrypt=encrypt,
         )
         self.start_timeout = start_timeout  # None: what the ranks per core need (see LaunchSettings)
         self.max_output_lines = max_output_lines
@@ -151,6 +159,7 @@ class Pool:
             "controller_ip": self.controller_ip,
             "launcher_options": dict(settings.launcher_options),
             "stop_timeout": self.stop_timeout,
+            "encrypt": settings.encrypt,
         }
 
     @property

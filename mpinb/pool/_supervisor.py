@@ -20,9 +20,17 @@ import uuid
 from typing import Any
 
 import psutil
+import zmq
 
 from .. import rank as _rank
-from .._protocol import DEATHWATCH_ENVIRONMENT, EXPECTED_HOST_ENVIRONMENT, STACK_SIGNAL, STACKS_ENVIRONMENT, Hello
+from .._protocol import (
+    DEATHWATCH_ENVIRONMENT,
+    EXPECTED_HOST_ENVIRONMENT,
+    STACK_SIGNAL,
+    STACKS_ENVIRONMENT,
+    Hello,
+    relay_keys,
+)
 from .._ranges import format_ranks
 from .._shared import remove_written_by
 from ..errors import PoolStartError
@@ -152,6 +160,11 @@ class Supervisor:
             cluster_kw["controller_ip"] = self.controller_ip
         assert self.run_folder is not None
         listen = self._private_sockets_arguments(self.run_folder) if self.private_sockets else []
+        if settings.encrypted:
+            if not zmq.has("curve"):
+                raise PoolStartError("encrypt=True needs ZeroMQ with CurveZMQ, which this pyzmq lacks "
+                                     "(zmq.has('curve') is False): install pyzmq's wheel from PyPI.")
+            listen.append("--IPController.enable_curve=True")
         launcher_class = "mpi" if settings.local or settings.launcher == ALLOCATION_LAUNCHER else settings.launcher
         cluster = ipp.Cluster(
             engines=launcher_class,
@@ -300,10 +313,11 @@ class Supervisor:
         # Without ipyparallel's session key (CurveZMQ encrypts its channel instead), the relay's
         # key travels through that encrypted channel; otherwise the ranks derive theirs from it.
         key = None if self.client.session.key else secrets.token_bytes(32)
+        hub_keys, member_keys = relay_keys() if self.settings.encrypted else (None, None)
         leader = self.client[self.engine_of[0]]
-        addresses = leader.apply_async(_rank.open_hub, where, key).get(timeout=self.start_timeout)
+        addresses = leader.apply_async(_rank.open_hub, where, key, hub_keys).get(timeout=self.start_timeout)
         others = list(range(1, n))
-        self.view(others).apply_async(_rank.join, addresses, key).get(timeout=self.start_timeout)
+        self.view(others).apply_async(_rank.join, addresses, key, member_keys).get(timeout=self.start_timeout)
         joined = leader.apply_async(_rank.hub_ready, others, RELAY_JOIN_TIMEOUT).get(
             timeout=RELAY_JOIN_TIMEOUT + self.start_timeout)
         if len(joined) < n - 1:

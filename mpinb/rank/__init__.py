@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._protocol import Hello, Limits, Reply, Settled
+    from .._protocol import Hello, Limits, RelayKeys, Reply, Settled
     from .._shared import SharedArray
 
 __all__ = ["fresh_world", "hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "run_cell",
-           "run_file", "settle", "spread", "take"]
+           "run_file", "settle", "spread", "take", "take_kept"]
 
 
 def init() -> None:
@@ -60,18 +60,25 @@ def run_file(path: str, args: list[str], stdin: str | None, cwd: str, limits: Li
     return run_file(path, args, stdin, cwd, limits)
 
 
-def open_hub(where: str, key: bytes | None = None) -> tuple[str, str]:
+def open_hub(where: str, key: bytes | None = None, curve: RelayKeys | None = None) -> tuple[str, str]:
     """On rank 0: open the relay of runs (see :mod:`._relay`)."""
     from ._relay import open_hub
 
-    return open_hub(where, key)
+    return open_hub(where, key, curve)
 
 
-def join(addresses: tuple[str, str], key: bytes | None = None) -> None:
+def join(addresses: tuple[str, str], key: bytes | None = None, curve: RelayKeys | None = None) -> None:
     """On the other ranks: follow rank 0's relay (see :mod:`._relay`)."""
     from ._relay import join
 
-    join(addresses, key)
+    join(addresses, key, curve)
+
+
+def take_kept(cell: int) -> bytes:
+    """A rank's reply that was too large to relay (see :func:`._relay.take_kept`)."""
+    from ._relay import take_kept
+
+    return take_kept(cell)
 
 
 def hub_ready(ranks: list[int], timeout: float) -> list[int]:

@@ -7,11 +7,14 @@ Idle ranks sit in their engine's event loop, not in MPI (a blocking MPI wait spi
 is ZeroMQ: rank 0 publishes each run on a PUB socket that every other rank subscribes to from its
 event loop, and the others push their replies to rank 0. None of this touches MPI, so user code
 sees exactly the MPI state it would under ``mpiexec``. Every message is signed with a key derived
-from the engines' session key (or, where ipyparallel runs without one, encrypted by CurveZMQ, a
-key the notebook sent through that encrypted channel); a relay never runs unsigned. Only the
-pool's processes can inject a run or a reply, and only a rank that answers with a signed hello
-counts as joined. A pool on one host listens on Unix sockets in its private folder, which no
-other user can reach (see ``mpinb.pool._runfolder``).
+from the engines' session key (or, where ipyparallel runs without one, a key the notebook sent
+through ipyparallel's encrypted channel); a relay never runs unsigned. Only the pool's processes
+can inject a run or a reply, and only a rank that answers with a signed hello counts as joined. A
+pool on one host listens on Unix sockets in its private folder, which no other user can reach
+(see ``mpinb.pool._runfolder``); an encrypted pool's relay is encrypted too (CurveZMQ), and rank 0
+lets in only the ranks' key. A reply larger than ``MAX_REPLY_BYTES`` stays on its rank, which
+sends a note instead, and the notebook fetches it directly: rank 0 refuses larger frames, which
+bounds what a stranger could make it hold.
 
 Each rank's output and status still go to the notebook directly (ipyparallel's IOPub), under a
 per-rank id derived from rank 0's request (``<msg_id>/<rank>``), and only when there is something
@@ -34,7 +37,7 @@ from typing import Any, TextIO
 
 import zmq
 
-from .._protocol import DONE_KEY, Done, Reply
+from .._protocol import DONE_KEY, KEPT_REPLY, Done, RelayKeys, Reply
 from . import _output, _waiting
 
 # How long rank 0 keeps gathering replies after an interrupt: the interrupted ranks answer at
@@ -43,6 +46,8 @@ GATHER_AFTER_INTERRUPT = 1.0
 _POLL_MS = 100  # rank 0 looks at the interrupt count this often while it gathers
 _HELLO_EVERY_MS = 20  # rank 0 pings this often until every rank has said hello
 _HELLO = b"hello"
+# The largest reply that travels through rank 0; a larger one waits on its rank (see KEPT_REPLY).
+MAX_REPLY_BYTES = 64 * 2**20
 
 _RUNS = ("run_cell", "run_file")
 # How long a relayed rank holds back what it prints (see _HeldOutput); the same moment after which
@@ -76,16 +81,41 @@ class _Signer:
         return body if hmac.compare_digest(self.sign(*body), signature) else None
 
 
+class _OnlyTheRanks:
+    """Rank 0's gatekeeper (ZeroMQ's ZAP) of an encrypted relay: the ranks' key is let in."""
+
+    def __init__(self, member_public: bytes):
+        self.member_public = member_public
+
+    def callback(self, domain: str, client_key: bytes) -> bool:
+        return hmac.compare_digest(client_key, self.member_public)
+
+
 class _Hub:
     """Rank 0's end: publishes runs, gathers replies."""
 
-    def __init__(self, endpoints: tuple[str, str], signer: _Signer):
-        context: zmq.Context = zmq.Context.instance()
+    def __init__(self, endpoints: tuple[str, str], signer: _Signer, curve: RelayKeys | None = None,
+                 max_reply_bytes: int = MAX_REPLY_BYTES):
         self.signer = signer
+        self.authenticator: Any = None
+        if curve is None:
+            context: zmq.Context = zmq.Context.instance()
+        else:  # a context of its own: its gatekeeper must not judge the engine's sockets
+            from zmq.auth.thread import ThreadAuthenticator
+
+            context = zmq.Context()
+            self.authenticator = ThreadAuthenticator(context)
+            self.authenticator.start()
+            self.authenticator.configure_curve_callback("*", _OnlyTheRanks(curve["member_public"]))
         self.runs = context.socket(zmq.PUB)
-        self.runs.setsockopt(zmq.LINGER, 0)
         self.replies = context.socket(zmq.PULL)
-        self.replies.setsockopt(zmq.LINGER, 0)
+        for sock in (self.runs, self.replies):
+            sock.setsockopt(zmq.LINGER, 0)
+            if curve is not None:
+                sock.curve_server = True
+                sock.curve_secretkey = curve["hub_secret"]
+        # Beyond the header and signature frames' room: a larger frame ends its sender's connection.
+        self.replies.setsockopt(zmq.MAXMSGSIZE, max_reply_bytes + 2**16)
         self.runs.bind(endpoints[0])
         self.replies.bind(endpoints[1])
         self.members: set[int] = set()
@@ -142,16 +172,20 @@ class _Hub:
 class _Member:
     """Every other rank's end: runs what rank 0 publishes, pushes the reply back."""
 
-    def __init__(self, addresses: tuple[str, str], signer: _Signer, rank: int):
+    def __init__(self, addresses: tuple[str, str], signer: _Signer, rank: int, curve: RelayKeys | None = None):
         from zmq.eventloop.zmqstream import ZMQStream
 
         context: zmq.Context = zmq.Context.instance()
         self.signer, self.rank = signer, rank
         self.replies = context.socket(zmq.PUSH)
-        self.replies.setsockopt(zmq.LINGER, 0)
-        self.replies.connect(addresses[1])
         runs = context.socket(zmq.SUB)
-        runs.setsockopt(zmq.LINGER, 0)
+        for sock in (self.replies, runs):
+            sock.setsockopt(zmq.LINGER, 0)
+            if curve is not None:
+                sock.curve_serverkey = curve["hub_public"]
+                sock.curve_publickey = curve["member_public"]
+                sock.curve_secretkey = curve["member_secret"]
+        self.replies.connect(addresses[1])
         runs.setsockopt(zmq.SUBSCRIBE, b"")
         runs.connect(addresses[0])
         self.stream = ZMQStream(runs, _kernel().io_loop)
@@ -160,6 +194,7 @@ class _Member:
         self.skip_through = 0  # runs the pool aborted before this rank started them (see skip_runs_through)
         self._backlog: collections.deque[list[bytes]] = collections.deque()  # read, not yet handled
         self.output = _HeldOutput()
+        self.kept: dict[int, bytes] = {}  # the last run's reply, if too large to relay (see take_kept)
 
     def _on_message(self, frames: list[bytes]) -> None:
         self._backlog.append(frames)
@@ -196,7 +231,11 @@ class _Member:
         if not _announce_now(reply):
             _kernel().io_loop.call_later(_waiting.REPORT_AFTER, self._announce_if_still_running,
                                          cell, mine)
-        self.push(cell, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        self.kept = {}
+        if len(payload) > MAX_REPLY_BYTES:
+            self.kept[cell], payload = payload, KEPT_REPLY
+        self.push(cell, payload)
 
     def push(self, cell: int, payload: bytes) -> None:
         """Send rank 0 ``payload``: this rank's reply to run ``cell`` (0: a hello)."""
@@ -367,10 +406,10 @@ def _signer(key: bytes | None) -> _Signer:
     return _Signer(key or b"")
 
 
-def open_hub(where: str, key: bytes | None = None) -> tuple[str, str]:
+def open_hub(where: str, key: bytes | None = None, curve: RelayKeys | None = None) -> tuple[str, str]:
     """On rank 0: bind the relay's sockets, at ``where`` (an ``ipc://`` prefix in the pool's
-    private folder) or on the address that reaches the host ``where`` (the controller's);
-    return their addresses for the other ranks."""
+    private folder) or on the address that reaches the host ``where`` (the controller's),
+    encrypted with ``curve``; return their addresses for the other ranks."""
     global _hub
     if _hub is None:
         if where.startswith("ipc://"):
@@ -378,17 +417,25 @@ def open_hub(where: str, key: bytes | None = None) -> tuple[str, str]:
         else:
             address = _local_address(where)
             endpoints = (f"tcp://{address}:0", f"tcp://{address}:0")
-        _hub = _Hub(endpoints, _signer(key))
+        _hub = _Hub(endpoints, _signer(key), curve)
     return _hub.addresses()
 
 
-def join(addresses: tuple[str, str], key: bytes | None = None) -> None:
+def join(addresses: tuple[str, str], key: bytes | None = None, curve: RelayKeys | None = None) -> None:
     """On every other rank: subscribe to rank 0's runs."""
     global _member
     if _member is None:
         from mpi4py import MPI
 
-        _member = _Member(addresses, _signer(key), MPI.COMM_WORLD.Get_rank())
+        _member = _Member(addresses, _signer(key), MPI.COMM_WORLD.Get_rank(), curve)
+
+
+def take_kept(cell: int) -> bytes:
+    """On a rank other than 0: its pickled reply to run ``cell``, which was too large to relay
+    (it is then dropped here)."""
+    if _member is None or cell not in _member.kept:
+        raise LookupError(f"this rank holds no reply to run {cell}: a later run replaced it")
+    return _member.kept.pop(cell)
 
 
 def hub_ready(ranks: list[int], timeout: float) -> list[int]:
