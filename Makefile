@@ -12,11 +12,11 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # What `make test` also runs on Open MPI: the pool, magics, scripts, hangs and aborts, deaths,
 # the debugger, traces, kernel, pools on Slurm and across hosts (started by Slurm and by mpiexec),
-# and what keeps a pool private on a shared host.
+# what keeps a pool private on a shared host, and faults injected at random moments.
 CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tests/test_magics.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
 	tests/test_kernel.py tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
-	tests/test_security.py
+	tests/test_security.py tests/test_faults.py
 
 .PHONY: install lab test test-core lint docs bench system clean
 

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
+class RanksLost(Exception):
+    """A rank died or stopped answering while data moved (``Pool`` names it and restarts)."""
+
+
 # After an interrupt or a timeout, how long the ranks still at their part get to finish it (each
 # part is quick: a mapping, or a copy of one value), so that what each rank has is known.
 FINISH_GRACE = 2.0
@@ -55,6 +59,8 @@ def finish(supervisor: Supervisor, parts: dict[int, Any], move: str, timeout: fl
     deadline = None if timeout is None else time.monotonic() + timeout
     stopped = None
     while not all(request.ready() for request in parts.values()):
+        if supervisor.first_dead():  # its part never ends: the caller names the death (see Pool._moving)
+            raise RanksLost()
         if interrupts:
             stopped = say("interrupted")
         elif deadline is not None and time.monotonic() > deadline:
@@ -199,10 +205,20 @@ def _through_rank_0(supervisor: Supervisor, name: str, array: np.ndarray) -> Non
     """Ranks on other hosts: the array crosses the network once, to rank 0, and then reaches the
     others by MPI's broadcast (every rank of the pool takes part). Not broken off by an interrupt
     or a timeout: a broadcast that some ranks left would need a fresh world, and the ranks'
-    variables with it."""
+    variables with it. A rank that dies or stops answering ends the wait (``RanksLost``)."""
     staged = f"_mpinb_staged_{name}"
-    supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=True)
-    supervisor.view(list(range(supervisor.settings.n))).apply_sync(_rank.spread, name, staged)
+    _unless_a_rank_is_lost(supervisor, supervisor.client[supervisor.engine_of[0]].push({staged: array}, block=False))
+    everyone = supervisor.view(list(range(supervisor.settings.n)))
+    _unless_a_rank_is_lost(supervisor, everyone.apply_async(_rank.spread, name, staged))
+
+
+def _unless_a_rank_is_lost(supervisor: Supervisor, request: Any) -> Any:
+    """``request``'s result; ``RanksLost`` as soon as a rank of the pool is seen gone."""
+    while not request.ready():
+        if supervisor.first_dead():
+            raise RanksLost()
+        request.wait(10 * _POLL)
+    return request.get()
 
 
 def gather(supervisor: Supervisor, name: str, ranks: list[int], timeout: float | None = None) -> np.ndarray:

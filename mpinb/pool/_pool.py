@@ -335,8 +335,12 @@ class Pool:
 
     def _ready(self) -> Supervisor:
         """The running supervisor, with every rank idle in the same world. A run whose end the
-        notebook did not see (interrupted while it cleaned up) is recovered from first."""
+        notebook did not see (interrupted while it cleaned up) is recovered from first; a rank
+        that died since the last run is named, and the pool restarted, before anything is sent."""
         supervisor = self._running()
+        dead = supervisor.first_dead()
+        if dead:
+            raise self._after_death(supervisor, dead, during="the pool waited for the next run")
         if not self._settled:
             supervisor.interrupt(list(range(self.size)))  # ranks that are idle only count it
             self._busy = frozenset(range(self.size))
@@ -378,9 +382,9 @@ class Pool:
         return say("{why}, so the pool was restarted with {n} fresh ranks: every rank's variables are lost; "
                    "the pool's settings are kept.", why=why, n=self.size)
 
-    def _after_death(self, supervisor: Supervisor, dead: list[int]) -> RankDiedError:
+    def _after_death(self, supervisor: Supervisor, dead: list[int], during: str = "running the cell") -> RankDiedError:
         """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
-        return RankDiedError(self._restart_because(supervisor.why_dead(dead)))
+        return RankDiedError(self._restart_because(supervisor.why_dead(dead, during)))
 
     def _running(self) -> Supervisor:
         if self._supervisor is None:
@@ -419,20 +423,37 @@ class Pool:
 
         A ``TransferError`` (``TransferTimeoutError`` after ``timeout`` seconds, ``KeyboardInterrupt``
         on the stop button) says which ranks have the new value and which keep the old one."""
-        _data.push(self._ready(), namespace, self.ranks(targets), optional_seconds(timeout, "timeout"))
+        ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
+        self._moving("the push", lambda supervisor: _data.push(supervisor, namespace, ranks, seconds))
 
     def pull(self, name: str, targets: Targets = None, timeout: float | None = None) -> list[Any]:
         """The value of ``name`` on each (targeted) rank, in rank order."""
-        return _data.pull(self._ready(), name, self.ranks(targets), optional_seconds(timeout, "timeout"))
+        ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
+        return self._moving("the pull", lambda supervisor: _data.pull(supervisor, name, ranks, seconds))
 
     def scatter(self, name: str, array: ArrayLike, targets: Targets = None, timeout: float | None = None) -> None:
         """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``
         (as ``numpy.array_split`` does: with fewer rows than ranks, the last ranks get none)."""
-        _data.scatter(self._ready(), name, array, self.ranks(targets), optional_seconds(timeout, "timeout"))
+        ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
+        self._moving("the scatter", lambda supervisor: _data.scatter(supervisor, name, array, ranks, seconds))
 
     def gather(self, name: str, targets: Targets = None, timeout: float | None = None) -> np.ndarray:
         """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`)."""
-        return _data.gather(self._ready(), name, self.ranks(targets), optional_seconds(timeout, "timeout"))
+        ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
+        return self._moving("the gather", lambda supervisor: _data.gather(supervisor, name, ranks, seconds))
+
+    def _moving(self, move: str, transfer: Callable[[Supervisor], T]) -> T:
+        """``transfer(supervisor)``; a rank that dies or stops answering meanwhile is named and the
+        pool restarted (a ``RankDiedError``: MPI cannot go on without it, and every rank's
+        variables are lost then, whatever the move had brought)."""
+        supervisor = self._ready()
+        try:
+            return transfer(supervisor)
+        except BaseException as err:
+            dead = supervisor.first_dead() or supervisor.unregistered(sorted(supervisor.engine_of))
+            if not dead or self._supervisor is not supervisor:
+                raise
+            raise self._after_death(supervisor, dead, during=f"{move} ran") from err
 
     # -- status -------------------------------------------------------------------------------
 

@@ -83,6 +83,7 @@ class Supervisor:
         self._watchdog: subprocess.Popen | None = None
         self._processes: list[psutil.Process] = []
         self._next_remote_check = 0.0
+        self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._mpi_segments: set[tuple[str, int]] = set()  # MPI's shared memory of local ranks
         self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
         self._rank0_request: Any = None  # the last run that rank 0 took part in
@@ -408,22 +409,24 @@ class Supervisor:
         return "".join(_launcher_output(es) for es in self.cluster.engines.values())
 
     def first_dead(self) -> list[int]:
-        """The ranks seen gone first (more than one when the watch could not tell them apart)."""
+        """The ranks seen gone first (more than one when the watch could not tell them apart),
+        or whose heart stopped answering (a process stopped by a signal, say)."""
         if self.deaths is not None:
-            return self.deaths.first()
+            return self.deaths.first() or self.unregistered(sorted(self.engine_of))
         return self._remote_dead()
 
     def _remote_dead(self) -> list[int]:
         """Ranks on other hosts have no death watch: a rank whose heart stopped (the controller
         unregistered it), or a batch job that ended (srun ends the job's step when a task dies).
         Asked once a second: the job's state is a command."""
+        if not self._gone_first:  # the first ranks seen gone: the launcher then ends the others
+            self._gone_first = self.unregistered(sorted(self.engine_of))
+        if self._gone_first:
+            return self._gone_first
         now = time.monotonic()
         if now < self._next_remote_check:
             return []
         self._next_remote_check = now + 1.0
-        gone = self.unregistered(sorted(self.engine_of))
-        if gone:
-            return gone
         if any(_has_exited(es) or _slurm.job_ended(es) for es in self.cluster.engines.values()):
             return sorted(self.engine_of)
         return []
@@ -434,10 +437,18 @@ class Supervisor:
         registered = set(self.client.ids)
         return [rank for rank in ranks if self.engine_of[rank] not in registered]
 
-    def why_dead(self, dead: list[int]) -> str:
-        """``"rank 2 died: killed by signal 9 (...)"``, or which rank called ``Abort``."""
+    def why_dead(self, dead: list[int], during: str = "running the cell") -> str:
+        """``"rank 2 died: killed by signal 9 (...) while running the cell"``, or which rank
+        called ``Abort``; ``during``: what the pool was doing."""
         if not self.settings.local:
-            return self._why_batch_dead(dead)
+            return self._why_batch_dead(dead, during)
+        if self.settings.on_this_host:
+            states = {rank: _process_state(self.ranks_info[rank]["pid"]) for rank in dead if rank in self.ranks_info}
+            if states and all(states.values()):  # alive, yet the controller lost their heartbeat
+                return (f"{format_ranks(dead, word=True)} stopped answering while {during}, though "
+                        f"{'its process is' if len(dead) == 1 else 'their processes are'} "
+                        f"{' and '.join(sorted({state for state in states.values() if state}))}. "
+                        f"MPI cannot continue without {'it' if len(dead) == 1 else 'them'}")
         by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
         if len(by_pid) < len(self.ranks_info):  # the same pid on two hosts: the report cannot tell
             by_pid = {}
@@ -455,30 +466,32 @@ class Supervisor:
         aborted = self.deaths.aborted if self.deaths is not None else {}
         if len(aborted) == 1:
             (rank, code), = aborted.items()
-            return f"rank {rank} called Abort({code}) while running the cell, which ends every rank"
+            return f"rank {rank} called Abort({code}) while {during}, which ends every rank"
         if self.settings.on_this_host:
-            return f"{death_report(output, by_pid, dead)} while running the cell. MPI cannot continue without it"
+            return f"{death_report(output, by_pid, dead)} while {during}. MPI cannot continue without it"
         if launcher_report(output, by_pid)[0] is None:  # a host or its network failed, or mpiexec runs on
-            return self._stopped_answering(dead)
+            return self._stopped_answering(dead, during)
         host_of = {rank: info["host"] for rank, info in self.ranks_info.items()}
-        return (f"{death_report(output, by_pid, dead, host_of)} while running the cell. "
+        return (f"{death_report(output, by_pid, dead, host_of)} while {during}. "
                 "MPI cannot continue without it")
 
-    def _why_batch_dead(self, dead: list[int]) -> str:
+    def _why_batch_dead(self, dead: list[int], during: str) -> str:
         for engine_set in self.cluster.engines.values():
             failure = _slurm.failed_tasks(engine_set)
             if failure is not None:
                 ranks, host, how = failure
-                return (f"{format_ranks(ranks, word=True)} on {host} died ({how}) while running the cell. "
+                return (f"{format_ranks(ranks, word=True)} on {host} died ({how}) while {during}. "
                         "MPI cannot continue without them")
-        return self._stopped_answering(dead)
+        return self._stopped_answering(dead, during)
 
-    def _stopped_answering(self, dead: list[int]) -> str:
+    def _stopped_answering(self, dead: list[int], during: str) -> str:
         hosts = sorted({self.ranks_info[rank]["host"] for rank in dead if rank in self.ranks_info})
         where = f" on {', '.join(hosts)}" if hosts else ""
         who = format_ranks(dead, word=True) if len(dead) < len(self.engine_of) else "the ranks"
-        return (f"{who}{where} stopped answering while running the cell (their processes ended, or their "
-                "host or its network failed). MPI cannot continue without them")
+        one = who.startswith("rank ")
+        return (f"{who}{where} stopped answering while {during} ({'its process' if one else 'their processes'} "
+                f"ended, or {'its' if one else 'their'} host or its network failed). MPI cannot continue "
+                f"without {'it' if one else 'them'}")
 
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT to the ranks (a KeyboardInterrupt in the user code they run)."""
@@ -615,6 +628,19 @@ def _launcher_config_name(launcher: str) -> str:
     from ipyparallel.cluster.launcher import find_launcher_class
 
     return find_launcher_class(launcher, "engine").__name__
+
+
+def _process_state(pid: int) -> str | None:
+    """How a rank's process is, in words, if it still lives (``None`` if it ended)."""
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.Error:
+        return None
+    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return None
+    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return "stopped (SIGSTOP, Ctrl-Z or a debugger)"
+    return "running (too busy to answer, or stuck in a call that holds Python's lock?)"
 
 
 def _has_exited(launcher: Any) -> bool:
