@@ -229,8 +229,12 @@ def test_death_reports_name_the_rank_and_how(output, dead, expected):
 
 def test_death_reports_name_the_host_of_ranks_on_several_hosts():
     pids, hosts = {1000: 0, 1001: 1}, {0: "node1", 1: "node2"}
-    assert death_report("   PID 1001 RUNNING AT node2\n   KILLED BY SIGNAL: 9", pids, [0, 1], hosts) == (
+    assert death_report("   PID 1001 RUNNING AT node2\n   KILLED BY SIGNAL: 9", pids, [1], hosts) == (
         "rank 1 on node2 died: killed by signal 9 (SIGKILL (out of memory, or kill -9))")
+    # Seen gone together across hosts: MPICH's report may name a rank it ended in its clean-up
+    # (tests/test_faults.py saw rank 0 named when rank 2 was killed), so neither is blamed.
+    assert death_report("   PID 1001 RUNNING AT node2\n   KILLED BY SIGNAL: 9", pids, [0, 1], hosts) == (
+        "one of ranks 0-1 on node1, node2 died (its process ended)")
     assert death_report("", pids, [1], hosts) == "rank 1 on node2 died (its process ended)"
 
 
