@@ -134,6 +134,7 @@ class Reply(TypedDict):
     stdout: NotRequired[str]  # a relayed rank's output of a quick part, held back and sent here
     stderr: NotRequired[str]
     progress: NotRequired[dict[str, Progress]]  # each mpinb.progress loop's last state
+    held: NotRequired[int]  # MPI requests that interrupts left pending, whose buffers stay (see rank._waiting.abandon)
 
 
 class Progress(TypedDict):
@@ -186,6 +187,7 @@ class Settled(TypedDict):
     generation: int  # the fresh worlds this rank has moved to
     own_started: int  # mpinb's own collectives started and completed on its copy of the world
     own_completed: int
+    held: int  # MPI requests that interrupts left pending, whose buffers stay (see rank._waiting.abandon)
 
 
 class Hello(TypedDict):

@@ -440,3 +440,35 @@ def test_fresh_worlds_in_a_row_never_lose_a_ranks_answer(pool4):
         pool4._generation += 1
     assert pool4._supervisor is supervisor, "no restart"
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+@pytest.mark.timeout(120)
+def test_a_send_that_an_interrupt_left_pending_is_named_until_the_pool_restarts():
+    """Under mpiexec the send would never have returned; here its buffer must stay allocated (MPI
+    may still read it), which the user is told, with how to free it."""
+    leave_pending = ("import numpy as np, time\nif rank == 0:\n    comm.Send(np.ones(2**20), dest=1, tag=7)\n"
+                     "else:\n    time.sleep(30)")
+    with mpinb.Pool(2) as pool:
+        with pytest.raises(TimeoutError) as info:
+            pool.run(leave_pending, timeout=1)
+        assert ("MPI requests that interrupts left pending, 1 in all on rank 0, keep their buffers allocated"
+                in str(info.value)), str(info.value)
+        assert pool.run("comm.allreduce(1)").value == {0: 2, 1: 2}, "the pool goes on"
+        pool.restart()
+        with pytest.raises(TimeoutError) as info:
+            pool.run("import time\ntime.sleep(30)", timeout=1)
+        assert "left pending" not in str(info.value), "a restart frees them"
+
+
+def test_an_abandoned_request_that_completes_later_is_let_go(any_pool):
+    """A request is held only while MPI may still use its buffer."""
+    if any_pool.size < 2:
+        pytest.skip("needs a peer")
+    code = ("import numpy as np\nfrom mpinb.rank import _waiting\nbuf = np.ones(2**20)\n"
+            "if rank == 0:\n    _waiting.abandon(plain.Isend(buf, dest=1, tag=9))\n_waiting.held()")
+    plain = "plain = MPI.COMM_WORLD.Dup()\n"  # untraced: mpinb's tracer would wait for it itself
+    held = any_pool.run(plain + code).value
+    assert held[0] == 1
+    after = any_pool.run("if rank == 1:\n    plain.Recv(buf, source=0, tag=9)\nplain.Barrier()\n_waiting.held()")
+    assert after.value[0] == 0, "completed once received: let go"
+    any_pool.run("plain.Free()")

@@ -29,7 +29,7 @@ from ._debug import Driver, OnStop, RankSession, first_failing_rank
 from ._inspect import Inspection, inspect
 from ._launch import LaunchSettings, check_launcher
 from ._pending import Direct, Relayed
-from ._recover import explain, recover
+from ._recover import explain, held_note, recover
 from ._result import RunResult
 from ._run import Debugging, Outcome, collect, follow, stopped_error
 from ._stacks import Stacks, sample
@@ -328,7 +328,7 @@ class Pool:
         if outcome.raised is not None:
             raise outcome.raised
         if outcome.stopped:
-            raise stopped_error(outcome, timeout, result.restarted)
+            raise stopped_error(outcome, timeout, result.restarted or held_note(result.held))
         if check:
             result.raise_for_errors()
         return result
@@ -369,7 +369,7 @@ class Pool:
                            interrupted_at, stop_timeout)
         if recovery.generation is not None:
             self._generation = recovery.generation
-            return None
+            return held_note(recovery.held)
         return self._restart_because(explain(supervisor, recovery, sources, stop_timeout))
 
     def _restart_because(self, why: str) -> str:

@@ -45,6 +45,7 @@ class Recovery:
     stuck: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
     failure: str | None = None
+    held: dict[int, int] = field(default_factory=dict)  # rank -> requests left pending, still holding buffers
 
 
 def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted: dict[int, str],
@@ -72,7 +73,17 @@ def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted:
     recovery.failure = fresh_world(supervisor, generation + 1)  # each rank checks its own state too
     if recovery.failure is None:
         recovery.generation = generation + 1
+        recovery.held = {rank: state["held"] for rank, state in states.items() if state.get("held")}
     return recovery
+
+
+def held_note(held: dict[int, int]) -> str | None:
+    """What the user should know of requests that interrupts left pending on the ranks, if any."""
+    if not held:
+        return None
+    return say("MPI requests that interrupts left pending, {count} in all on {ranks}, keep their buffers "
+               "allocated (so that MPI never writes to freed memory) until the pool restarts (`%mpi restart`).",
+               ranks=format_ranks(sorted(held), word=True), count=sum(held.values()))
 
 
 def settle(supervisor: Any, waiting_for: list[int], unstarted: dict[int, str], skip_through: int,

@@ -49,7 +49,10 @@ class RunResult:
     trace: Trace | None = None
     released: list[int] = field(default_factory=list)  # ranks interrupted because another failed
     stopped: str | None = None  # "timeout" or "interrupt" when the run was stopped, else None
-    restarted: str | None = None  # why the pool had to start fresh processes after this run, if it did
+    # What the recovery after this run has to say: why the pool had to start fresh processes, if
+    # it did; else requests that the interrupt left pending on the ranks, if any.
+    restarted: str | None = None
+    held: dict[int, int] = field(default_factory=dict)  # rank -> MPI requests interrupts left pending
 
     @property
     def ok(self) -> bool:

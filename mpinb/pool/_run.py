@@ -207,6 +207,8 @@ def collect(outcome: Outcome, size: int) -> RunResult:
                 result.value_repr[rank] = reply["repr"]
             if reply["dropped_lines"]:
                 result.dropped_lines[rank] = reply["dropped_lines"]
+            if reply.get("held"):
+                result.held[rank] = reply["held"]
         elif isinstance(reply, BaseException):
             result.errors[rank] = _failure_from_remote(reply)
         # else: still running after an interrupt

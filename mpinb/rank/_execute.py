@@ -161,6 +161,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     record["elapsed"] = time.perf_counter() - start
     if _progress.last_states:
         record["progress"] = dict(_progress.last_states)
+    if held := _waiting.held():
+        record["held"] = held
     return record
 
 

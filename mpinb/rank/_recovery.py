@@ -16,7 +16,7 @@ import threading
 from typing import TextIO
 
 from .._protocol import STACK_SIGNAL, STACKS_ENVIRONMENT, Settled
-from . import _relay, _tracing
+from . import _relay, _tracing, _waiting
 
 
 def settle(skip_through: int) -> Settled:
@@ -24,7 +24,7 @@ def settle(skip_through: int) -> Settled:
     time), and from then on it never starts a relayed run up to ``skip_through``."""
     _relay.skip_runs_through(skip_through)
     return {"generation": _tracing.generation, "own_started": _tracing.own_calls["started"],
-            "own_completed": _tracing.own_calls["completed"]}
+            "own_completed": _tracing.own_calls["completed"], "held": _waiting.held()}
 
 
 def fresh_world(generation: int, timeout: float) -> str | None:

@@ -123,6 +123,21 @@ def abandon(request, cancel: bool = False) -> None:
         _abandoned.append(request)
 
 
+def held() -> int:
+    """How many abandoned requests still hold their buffers; those that have completed since
+    (a message matched after all) are let go."""
+    still = []
+    for request in _abandoned:
+        try:
+            completed = request.Test()
+        except Exception:  # noqa: BLE001 - a request MPI cannot even test stays held, to be safe
+            completed = False
+        if not completed:
+            still.append(request)
+    _abandoned[:] = still
+    return len(still)
+
+
 def interrupted_wait() -> WaitState | None:
     """The wait that an exception (interrupt, abort) just broke out of, if any."""
     return current
