@@ -17,6 +17,11 @@ anyone who learns the controller's public key (which CurveZMQ takes as public) s
 messages. The controller here keeps a key of its own making, so that every message is encrypted
 and signed; the key goes to the connection files only (0600), never onto a command line.
 
+Each unregistration notification also says whether the engine's heart stopped
+(``heart_stopped``) or its process was seen to end (by its nanny): across hosts, the notebook
+names the first rank whose process ended as the cause (the launcher then ends the others), and all
+the ranks whose hearts stopped in the same beat together (a host cut off, say).
+
 Run as a script: the heart monitor runs in a forked process that inherits the patched class.
 """
 
@@ -28,6 +33,7 @@ import time
 
 from ipyparallel.controller.app import IPController, main
 from ipyparallel.controller.heartmonitor import HeartMonitor
+from ipyparallel.controller.hub import Hub
 
 FAST_PHASE_LIMIT_S = 120.0
 
@@ -64,9 +70,40 @@ def _url_as_clients_spell_it(self: IPController, kind: str, channel: str, index:
     return f"{info['interface']}:{port}"
 
 
+_configured_stopped_heart = Hub.handle_stopped_heart
+_configured_unregister = Hub.unregister_engine
+
+
+def _stopped_heart_noted(self: Hub, heart: bytes) -> None:
+    self._mpinb_heart_stopped = True
+    try:
+        _configured_stopped_heart(self, heart)
+    finally:
+        self._mpinb_heart_stopped = False
+
+
+def _unregister_saying_why(self: Hub, ident: object, msg: dict) -> None:
+    send = self.session.send
+    stopped = getattr(self, "_mpinb_heart_stopped", False)
+
+    def send_saying_why(stream: object, msg_type: object, content: object = None, *args: object,
+                        **kwargs: object) -> object:
+        if msg_type == "unregistration_notification" and isinstance(content, dict):
+            content = {**content, "heart_stopped": stopped}
+        return send(stream, msg_type, content, *args, **kwargs)
+
+    self.session.send = send_saying_why
+    try:
+        _configured_unregister(self, ident, msg)
+    finally:
+        del self.session.send
+
+
 IPController.construct_url = _url_as_clients_spell_it
 HeartMonitor.start = _start_fast
 HeartMonitor.beat = _beat_then_maybe_slow_down
+Hub.handle_stopped_heart = _stopped_heart_noted
+Hub.unregister_engine = _unregister_saying_why
 
 
 

@@ -450,7 +450,8 @@ class Pool:
         try:
             return transfer(supervisor)
         except BaseException as err:
-            dead = supervisor.first_dead() or supervisor.unregistered(sorted(supervisor.engine_of))
+            dead = supervisor.gone() if supervisor.unregistered(sorted(supervisor.engine_of)) else \
+                supervisor.first_dead()
             if not dead or self._supervisor is not supervisor:
                 raise
             raise self._after_death(supervisor, dead, during=f"{move} ran") from err

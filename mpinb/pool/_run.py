@@ -134,7 +134,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     if not outcome.stopped and supervisor.unregistered(ranks):
         # A rank's engine was lost (its nanny told the controller) and ipyparallel failed its
         # request, which ends the wait before the death was seen by a check above.
-        outcome.dead, outcome.stopped = supervisor.unregistered(ranks), "died"
+        outcome.dead, outcome.stopped = supervisor.gone(), "died"
         return outcome
     if outcome.stopped:
         outcome.stacks = _stacks_before_the_interrupt(debugging, supervisor, ranks)

@@ -154,10 +154,10 @@ class RankStack:
         return ((inner["file"], inner["line"], inner["function"]) if inner else (), _mode(self.state))
 
 
-def collect(supervisor: Any, ranks: list[int], sources: dict[str, str], timeout: float = 1.0) -> dict[int, RankStack]:
+def collect(supervisor: Any, ranks: list[int], sources: dict[str, str]) -> dict[int, RankStack]:
     """Every rank's stack now: asked on the control channel, read from outside for those that
     do not answer."""
-    answers = _channel.ask(supervisor, ranks, "stack", timeout=timeout)
+    answers = _channel.ask(supervisor, ranks, "stack", timeout=supervisor.answer_within())
     stacks: dict[int, RankStack] = {}
     silent = []
     for rank in ranks:

@@ -6,6 +6,7 @@ engine is which rank, where each rank runs, and how to tell why a start-up or a 
 
 from __future__ import annotations
 
+import collections
 import glob
 import itertools
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -58,6 +60,9 @@ from ._runfolder import make_run_folder
 from ._watchdog import in_sessions, mpi_segments, remove_segments
 
 _POLL = 0.01
+# The controller sends the unregistrations of hearts that stopped in one beat one after another:
+# all that come within this long of the first belong to that beat.
+_SAME_BEAT_S = 0.3
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # What ipyparallel tells engines through the environment (send_engines_connection_env).
@@ -66,6 +71,15 @@ ENGINE_CONNECTION_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECT
 
 # How long the ranks get to subscribe to rank 0's relay of runs once they all answered.
 RELAY_JOIN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Unregistration:
+    """An engine the controller let go: its heart stopped, or (if not) its process ended."""
+
+    engine: int
+    heart_stopped: bool
+    seen: float  # time.monotonic() when the notebook heard of it
 
 
 class Supervisor:
@@ -84,6 +98,7 @@ class Supervisor:
         self._processes: list[psutil.Process] = []
         self._next_remote_check = 0.0
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
+        self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
         self._mpi_segments: set[tuple[str, int]] = set()  # MPI's shared memory of local ranks
         self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
         self._rank0_request: Any = None  # the last run that rank 0 took part in
@@ -120,6 +135,7 @@ class Supervisor:
             for engine_set in self.cluster.engines.values():
                 self._watch(engine_set)
             self.client = self.cluster.connect_client_sync()
+            self._note_unregistrations_in_order()
             self._wait_for_ranks()
         except KeyboardInterrupt:
             self.shutdown()
@@ -415,12 +431,40 @@ class Supervisor:
             return self.deaths.first() or self.unregistered(sorted(self.engine_of))
         return self._remote_dead()
 
+    def answer_within(self, alone: float = 1.0) -> float:
+        """How long to wait for a rank's answer on the control channel: ``alone`` seconds, and
+        longer where ranks crowd the cores (64 ranks spinning in MPI on 2 cores answered within
+        0.8 s when nothing else ran; a rank that holds Python's lock never answers)."""
+        per_host = collections.Counter(info["host"] for info in self.ranks_info.values())
+        crowding = max(per_host.values(), default=0) / (os.cpu_count() or 1)
+        return alone * max(1.0, 1.0 + 0.1 * crowding)
+
+    def gone(self) -> list[int]:
+        """Once some rank was seen gone: the first (as ``first_dead``), waiting out the beat that
+        may name more; else every rank the controller let go."""
+        deadline = time.monotonic() + _SAME_BEAT_S + 0.1
+        while not (dead := self.first_dead()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return dead or self.unregistered(sorted(self.engine_of))
+
+    def _note_unregistrations_in_order(self) -> None:
+        handlers = self.client._notification_handlers
+        unregister = handlers["unregistration_notification"]
+
+        def noted(msg: dict) -> None:
+            content = msg["content"]
+            self._unregistrations.append(Unregistration(int(content["id"]), bool(content.get("heart_stopped")),
+                                                        time.monotonic()))
+            unregister(msg)
+
+        handlers["unregistration_notification"] = noted
+
     def _remote_dead(self) -> list[int]:
         """Ranks on other hosts have no death watch: a rank whose heart stopped (the controller
         unregistered it), or a batch job that ended (srun ends the job's step when a task dies).
         Asked once a second: the job's state is a command."""
-        if not self._gone_first:  # the first ranks seen gone: the launcher then ends the others
-            self._gone_first = self.unregistered(sorted(self.engine_of))
+        if not self._gone_first:
+            self._gone_first = self._first_gone()
         if self._gone_first:
             return self._gone_first
         now = time.monotonic()
@@ -430,6 +474,21 @@ class Supervisor:
         if any(_has_exited(es) or _slurm.job_ended(es) for es in self.cluster.engines.values()):
             return sorted(self.engine_of)
         return []
+
+    def _first_gone(self) -> list[int]:
+        """The first rank whose process was seen to end (the launcher then ends the others, so
+        later ones are its consequence), or every rank whose heart stopped in the same beat (a
+        host cut off, or stopped)."""
+        rank_of = {engine: rank for rank, engine in self.engine_of.items()}
+        self.client.ids  # noqa: B018 - reading the ids takes in the controller's notifications
+        gone = [seen for seen in self._unregistrations if seen.engine in rank_of]
+        if not gone:
+            return []
+        if not gone[0].heart_stopped:
+            return [rank_of[gone[0].engine]]
+        if time.monotonic() < gone[0].seen + _SAME_BEAT_S:
+            return []
+        return sorted({rank_of[seen.engine] for seen in gone if seen.heart_stopped})
 
     def unregistered(self, ranks: list[int]) -> list[int]:
         """Those of ``ranks`` whose engine the controller no longer knows (its heart stopped, or
