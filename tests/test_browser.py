@@ -184,9 +184,11 @@ def test_jupyterlabs_debugger_panel_stops_the_ranks_at_a_gutter_breakpoint(tmp_p
         page.click("[title='Enable Debugger']")
         page.locator(".jp-Cell .cm-breakpoint-gutter .cm-gutterElement").nth(2).click()  # line 2
         page.wait_for_selector(".jp-Cell span[aria-label='Breakpoint']", state="attached", timeout=10_000)
+        page.locator("li[title*='Debugger']").first.click()  # the debugger sidebar
+        # Listed there once the kernel has answered setBreakpoints: only then does the run stop at it.
+        page.wait_for_selector(".jp-DebuggerBreakpoint-line:text-is('2')", timeout=30_000)
         run_all(page)
         page.wait_for_selector("text=Paused in Debugger", timeout=90_000)
-        page.locator("li[title*='Debugger']").first.click()  # the debugger sidebar
         first = _rank_shown(page)  # its call stack and its variables (x = rank * 10)
         page.screenshot(path=os.path.join(artifacts, "debugger-panel-first-rank.png"))
         page.locator("[title^='Continue']").first.click()
