@@ -271,6 +271,14 @@ def mpi_rows(n: int, repeats: int) -> list[tuple]:
             inside.append(in_pool(pool, KERNELS))
             plain.append(under_mpiexec(KERNELS, n))
 
+    # Encrypted (CurveZMQ on every socket, as across hosts by default): against ipyparallel's own
+    # encrypted round trip on the same ranks, and the cost of encryption is this row against the one above.
+    with mpinb.Pool(n, encrypt=True) as pool:
+        view = pool._supervisor.client[:]
+        ours_rt, peer_rt = round_trips(lambda: pool.run("pass"), lambda: view.execute("pass", block=True), 200)
+        rows.append(("empty run round trip, encrypted (ms)", ours_rt * 1e3,
+                     "view.execute('pass'), CurveZMQ, same ranks", peer_rt * 1e3, peer_rt / ours_rt))
+
     # Each run's figure is a best of several already; across runs the median, since one best-of
     # can be impossibly good (8 MB at 28 GB/s in a pool vs 16 under mpiexec was seen once).
     for key, label, low in (("latency_us", "1-byte ping-pong latency (us)", True),
