@@ -63,6 +63,8 @@ _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
 # all that come within this long of the first belong to that beat.
 _SAME_BEAT_S = 0.3
+# Processes seen to end within this long of each other ended together, as far as the notebook can tell.
+_TOGETHER_S = 0.1
 _HEARTBEAT_MS = 1000  # once the ranks are up; start-up beats faster (see _controller_main.py)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # What ipyparallel tells engines through the environment (send_engines_connection_env).
@@ -476,19 +478,21 @@ class Supervisor:
         return []
 
     def _first_gone(self) -> list[int]:
-        """The first rank whose process was seen to end (the launcher then ends the others, so
-        later ones are its consequence), or every rank whose heart stopped in the same beat (a
-        host cut off, or stopped)."""
+        """The ranks whose processes were seen to end first (one, unless others ended within
+        ``_TOGETHER_S``: the launcher ends the rest a moment later, and MPI may end a peer of the
+        lost rank first, so which of them went first cannot be told from here), or every rank
+        whose heart stopped in the same beat (a host cut off, or stopped)."""
         rank_of = {engine: rank for rank, engine in self.engine_of.items()}
         self.client.ids  # noqa: B018 - reading the ids takes in the controller's notifications
         gone = [seen for seen in self._unregistrations if seen.engine in rank_of]
         if not gone:
             return []
-        if not gone[0].heart_stopped:
-            return [rank_of[gone[0].engine]]
-        if time.monotonic() < gone[0].seen + _SAME_BEAT_S:
+        ended = not gone[0].heart_stopped
+        window = _TOGETHER_S if ended else _SAME_BEAT_S
+        if time.monotonic() < gone[0].seen + window:
             return []
-        return sorted({rank_of[seen.engine] for seen in gone if seen.heart_stopped})
+        return sorted({rank_of[seen.engine] for seen in gone
+                       if seen.heart_stopped != ended and seen.seen <= gone[0].seen + window})
 
     def unregistered(self, ranks: list[int]) -> list[int]:
         """Those of ``ranks`` whose engine the controller no longer knows (its heart stopped, or
