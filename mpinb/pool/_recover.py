@@ -159,7 +159,8 @@ def explain(supervisor: Any, recovery: Recovery, sources: dict[str, str], stop_t
     if recovery.dead:
         return supervisor.why_dead(recovery.dead)
     if recovery.stuck:
-        stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks)
+        stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks,
+                                       supervisor.answer_within(2.0))
                   if supervisor.stacks_folder else {rank: None for rank in recovery.stuck})
         places: dict[str, list[int]] = {}
         for rank in recovery.stuck:

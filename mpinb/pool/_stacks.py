@@ -167,7 +167,8 @@ def collect(supervisor: Any, ranks: list[int], sources: dict[str, str]) -> dict[
         else:
             silent.append(rank)
     if silent:
-        read = (read_stacks(supervisor.stacks_folder, silent, supervisor.ask_for_stacks)
+        read = (read_stacks(supervisor.stacks_folder, silent, supervisor.ask_for_stacks,
+                            supervisor.answer_within(2.0))
                 if supervisor.stacks_folder else dict.fromkeys(silent))
         for rank in silent:
             frames = read[rank]
