@@ -72,9 +72,9 @@ test: install system lint
 	fi; \
 	if [ -n "$$failed" ]; then echo "mpinb: these stages failed:$$failed"; exit 1; fi
 
-# The second MPI's stress test takes 100 aborts (the first's 200): the run stays under 40 minutes.
+# The second MPI's stress test takes 50 aborts (the first's 100): the run stays near 40 minutes.
 test-core: install
-	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-100} $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
+	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-50} $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/mpinb bench

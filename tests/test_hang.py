@@ -158,7 +158,7 @@ def test_a_rank_killed_by_a_signal(tmp_path):
 @pytest.mark.timeout(400)
 def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
     before = len(pool_processes())
-    for cell in range(200):
+    for cell in range(100):
         if cell % 2:
             with pytest.raises(mpinb.DeadlockError):
                 pool4.run(RING, timeout=0.8)

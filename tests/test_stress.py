@@ -1,7 +1,8 @@
-"""Hundreds of aborts of many kinds at random moments, with a second pool alive and a CPU hog
-beside them: no pool is ever left unusable, and the time from each abort to a working next cell
-is reported (test-artifacts/stress-<MPI>.txt). ``MPINB_STRESS_SEED`` repeats a run,
-``MPINB_STRESS_ABORTS`` sets how many (see bench/aborts.py for the kinds)."""
+"""A hundred aborts of many kinds at random moments (a new seed each run, so that runs add up),
+with a second pool alive and a CPU hog beside them: no pool is ever left unusable, and the time
+from each abort to a working next cell is reported (test-artifacts/stress-<MPI>.txt).
+``MPINB_STRESS_SEED`` repeats a run, ``MPINB_STRESS_ABORTS`` sets how many (see bench/aborts.py
+for the kinds)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from bench.aborts import Campaign, check, describe, summary
 from mpinb.pool import find_mpiexec
 from mpinb.pool._launch import mpi_family
 
-ABORTS = int(os.environ.get("MPINB_STRESS_ABORTS", "200"))
+ABORTS = int(os.environ.get("MPINB_STRESS_ABORTS", "100"))
 SEED = int(os.environ.get("MPINB_STRESS_SEED", str(int(time.time()))))
 
 
