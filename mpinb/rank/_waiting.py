@@ -123,6 +123,11 @@ def abandon(request, cancel: bool = False) -> None:
         _abandoned.append(request)
 
 
+def abandoned_count() -> int:
+    """How many abandoned requests are kept, as of the last ``held()`` (which tests them)."""
+    return len(_abandoned)
+
+
 def held() -> int:
     """How many abandoned requests still hold their buffers; those that have completed since
     (a message matched after all) are let go."""
