@@ -19,8 +19,9 @@ and signed; the key goes to the connection files only (0600), never onto a comma
 
 Each unregistration notification also says whether the engine's heart stopped
 (``heart_stopped``) or its process was seen to end (by its nanny): across hosts, the notebook
-names the first rank whose process ended as the cause (the launcher then ends the others), and all
-the ranks whose hearts stopped in the same beat together (a host cut off, say).
+names the rank whose process ended first as the cause (with any that ended within moments of it:
+the launcher then ends the others), and the ranks whose hearts stopped in the same beat together
+(a host cut off, say). See ``Supervisor._first_gone``.
 
 Run as a script: the heart monitor runs in a forked process that inherits the patched class.
 """

@@ -450,8 +450,7 @@ class Pool:
         try:
             return transfer(supervisor)
         except BaseException as err:
-            dead = supervisor.gone() if supervisor.unregistered(sorted(supervisor.engine_of)) else \
-                supervisor.first_dead()
+            dead = supervisor.gone()
             if not dead or self._supervisor is not supervisor:
                 raise
             raise self._after_death(supervisor, dead, during=f"{move} ran") from err

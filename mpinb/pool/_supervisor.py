@@ -442,8 +442,10 @@ class Supervisor:
         return alone * max(1.0, 1.0 + 0.1 * crowding)
 
     def gone(self) -> list[int]:
-        """Once some rank was seen gone: the first (as ``first_dead``), waiting out the beat that
-        may name more; else every rank the controller let go."""
+        """The ranks seen gone first (as ``first_dead``), waiting out the moment that may name
+        more, or every rank the controller let go; none if no rank is gone."""
+        if not self.first_dead() and not self.unregistered(sorted(self.engine_of)):
+            return []
         deadline = time.monotonic() + _SAME_BEAT_S + 0.1
         while not (dead := self.first_dead()) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -482,17 +484,19 @@ class Supervisor:
         ``_TOGETHER_S``: the launcher ends the rest a moment later, and MPI may end a peer of the
         lost rank first, so which of them went first cannot be told from here), or every rank
         whose heart stopped in the same beat (a host cut off, or stopped)."""
-        rank_of = {engine: rank for rank, engine in self.engine_of.items()}
         self.client.ids  # noqa: B018 - reading the ids takes in the controller's notifications
+        if not self._unregistrations:  # the common case, asked at every poll of a run
+            return []
+        rank_of = {engine: rank for rank, engine in self.engine_of.items()}
         gone = [seen for seen in self._unregistrations if seen.engine in rank_of]
         if not gone:
             return []
-        ended = not gone[0].heart_stopped
-        window = _TOGETHER_S if ended else _SAME_BEAT_S
-        if time.monotonic() < gone[0].seen + window:
+        first = gone[0]
+        window = _SAME_BEAT_S if first.heart_stopped else _TOGETHER_S
+        if time.monotonic() < first.seen + window:
             return []
         return sorted({rank_of[seen.engine] for seen in gone
-                       if seen.heart_stopped != ended and seen.seen <= gone[0].seen + window})
+                       if seen.heart_stopped == first.heart_stopped and seen.seen <= first.seen + window})
 
     def unregistered(self, ranks: list[int]) -> list[int]:
         """Those of ``ranks`` whose engine the controller no longer knows (its heart stopped, or

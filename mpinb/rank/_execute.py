@@ -161,8 +161,8 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     record["elapsed"] = time.perf_counter() - start
     if _progress.last_states:
         record["progress"] = dict(_progress.last_states)
-    if _waiting.abandoned_count():  # counted, not tested: no MPI call at the end of every run
-        record["held"] = _waiting.abandoned_count()
+    if held := _waiting.abandoned_count():  # counted, not tested: no MPI call at the end of every run
+        record["held"] = held
     return record
 
 
