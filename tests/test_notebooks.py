@@ -1,4 +1,10 @@
-"""The tutorials run top to bottom headless (they assert their own results), and kernels clean up."""
+"""The tutorials run top to bottom headless (they assert their own results), and kernels clean up.
+
+``make test`` builds the documentation first, which executes every tutorial (MyST-NB, through
+nbclient, a cell that raises fails the build); the copies it executed are checked here rather
+than running each tutorial a second time, as long as they are newer than the notebook and than
+every file of mpinb. Without a fresh copy (pytest run on its own), the tutorial runs here.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from conftest import wait_until_gone
 from nbclient import NotebookClient
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "notebooks")
+ROOT = os.path.join(HERE, "..")
+EXECUTED = os.path.join(ROOT, "build", "jupyter_execute")  # where the docs build keeps what it ran
 ENGLISH = sorted(glob.glob(os.path.join(HERE, "*.ipynb")))
 CHINESE = sorted(glob.glob(os.path.join(HERE, "zh", "*.ipynb")))
 NOTEBOOKS = ENGLISH + CHINESE
@@ -35,10 +43,23 @@ def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeyp
     nb = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks cleared"
     chinese = path in CHINESE
-    if chinese:  # as JupyterLab starts its kernel: it names the notebook, whose folder sets the language
-        monkeypatch.delenv("MPINB_LANGUAGE")
-        monkeypatch.setenv("JPY_SESSION_NAME", os.path.relpath(path, os.path.join(HERE, "..")))
-    execute(nb, str(tmp_path))
+    executed = executed_by_the_docs_build(path)
+    if executed is not None:
+        nb = nbformat.read(executed, as_version=4)
+        # (a cell tagged raises-exception shows an error on purpose: a deadlock, a wrong answer)
+        errors = [out for c in nb.cells if "raises-exception" not in c.get("metadata", {}).get("tags", [])
+                  for out in c.get("outputs", []) if out.get("output_type") == "error"]
+        assert not errors, f"the docs build ran it with an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+        expected = [c for c in nb.cells if "raises-exception" in c.get("metadata", {}).get("tags", [])]
+        assert all(any(out.get("output_type") == "error" for out in c.get("outputs", [])) for c in expected), \
+            "a cell that must raise did not"
+        assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code" and c.source.strip()), \
+            "every code cell ran"
+    else:
+        if chinese:  # as JupyterLab starts its kernel: it names the notebook, whose folder sets the language
+            monkeypatch.delenv("MPINB_LANGUAGE")
+            monkeypatch.setenv("JPY_SESSION_NAME", os.path.relpath(path, ROOT))
+        execute(nb, str(tmp_path))
     # Each exercise's stub is not written yet: its check says so, in the notebook's language.
     checks = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("mpinb.check(")]
     said = [o.get("data", {}).get("text/plain", "") for c in checks for o in c.get("outputs", [])]
@@ -46,6 +67,18 @@ def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeyp
     assert not wait_until_gone(10, existing_pools), "the notebook's pool must be gone once its kernel has shut down"
     if os.path.basename(path).startswith("00-"):
         assert_readable_without_widgets(nb)
+
+
+def executed_by_the_docs_build(path: str) -> str | None:
+    """The docs build's executed copy of the tutorial at ``path``, if it is newer than the
+    tutorial and than every file of mpinb (else it may show what older code did)."""
+    copy = os.path.join(EXECUTED, os.path.relpath(path, ROOT))
+    if not os.path.exists(copy):
+        return None
+    sources = [path] + [os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(ROOT, "mpinb"))
+                        for name in names if not name.endswith(".pyc")]
+    newest = max(os.path.getmtime(source) for source in sources)
+    return copy if os.path.getmtime(copy) > newest else None
 
 
 def test_every_tutorial_has_a_chinese_twin_with_the_same_code():
