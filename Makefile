@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[tutorials,test,docs,$(MPI)]'
+	$(BIN)/python -m mpinb._native
 	touch $@
 
 # The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.

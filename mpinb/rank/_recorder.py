@@ -1,4 +1,8 @@
-"""Where a rank keeps the MPI calls it traced during one run: a bounded list of event tuples."""
+"""Where a rank keeps the MPI calls it traced during one run: a bounded buffer of events.
+
+With the C tracer (``_native``), its buffer holds the C calls' events and the Python calls'
+event objects alike, in call order; without it, a Python list does.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ class Recorder:
     def __init__(self, capacity: int = DEFAULT_CAPACITY):
         self.on = False
         self.capacity = capacity
+        self.native = None  # the C tracer's module, whose buffer then holds the events
         self.events: list = []
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
@@ -30,12 +35,16 @@ class Recorder:
             self.capacity = capacity
         self.events = []
         self.dropped = 0
+        if self.native is not None:
+            self.native.start(self.capacity)
         self._began = time.perf_counter()
         self.on = True
 
     def stop(self) -> Recording:
         """Stop recording; return what was recorded, in a form that pickles cheaply."""
         self.on = False
+        if self.native is not None:
+            self.events, self.dropped = self.native.stop()
         used = {event[2] for event in self.events}
         comms = {cid: members for cid, members in self.comms.items() if cid in used}
         for cid in self._freed:
@@ -75,7 +84,9 @@ class Recorder:
                   state["file"], state["line"]))
 
     def add(self, event) -> None:
-        if len(self.events) < self.capacity:
+        if self.native is not None:
+            self.native.add(event)
+        elif len(self.events) < self.capacity:
             self.events.append(event)
         else:
             self.dropped += 1

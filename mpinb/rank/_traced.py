@@ -13,8 +13,10 @@ nonblocking form: they run as polled messages of pickles (see ``_objects``) on t
 copy of its communicator (the "shadow"), after the members agree, in messages too, on which call
 they are in, so that mismatched collectives raise instead of hanging.
 
-The calls themselves live in ``_p2p`` and ``_collectives``, requests in ``_requests``; this
-module makes the communicator classes from them and names communicators alike on all members.
+The calls themselves live in ``_p2p`` and ``_collectives``, requests in ``_requests``; the
+hottest of them also in C (``_tracer.c``, loaded by ``_native``), which records into the same
+buffer and hands every form it does not take to the Python method. This module makes the
+communicator classes from them and names communicators alike on all members.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
+from . import _native
 from ._calls import _converter, _Intracomm, _named, _TwinClass, _where
 from ._collectives import COLLECTIVES, _agree
 from ._p2p import P2P
@@ -192,6 +195,9 @@ copyreg.pickle(_Intracomm, _reduce_plain_intracomm)
 
 
 _METHODS = {**P2P, **COLLECTIVES, **{n: _derived(n) for n in DERIVING_CALLS}}
+# The hottest calls in C where the C tracer loads (each falls back to the method it replaces).
+_METHODS.update(_native.methods(_METHODS))
+_rec.native = _native.tracer
 
 
 def _twin_class(plain: type, extra: dict) -> type:

@@ -87,24 +87,26 @@ def wait(test, describe) -> None:
 safe_points.add(wait.__code__)
 
 
-def wait_request(request, status, describe, cancel: bool = False) -> None:
+def wait_request(request, status, describe, cancel: bool = False, keep=None) -> None:
     """Complete ``request`` (an mpi4py Request) without blocking inside MPI.
 
     If the wait is broken off (an interrupt), the request is abandoned (see :func:`abandon`);
-    ``cancel`` for a receive."""
+    ``cancel`` for a receive; ``keep`` is what else holds its buffer (the C tracer's requests
+    are not mpi4py's, which hold their own)."""
     try:
         wait(lambda: request.Test(status), describe)
     except BaseException:
-        abandon(request, cancel)
+        abandon(request, cancel, keep)
         raise
 
 
-# Requests that an interrupt left pending, and the buffers they hold: under plain mpiexec such a
-# call would never have returned. Kept for good, so that MPI never reads or writes freed memory.
-_abandoned: list = []
+# Requests that an interrupt left pending, each with what holds its buffer: under plain mpiexec
+# such a call would never have returned. Kept until they complete, so that MPI never reads or
+# writes freed memory.
+_abandoned: list[tuple] = []
 
 
-def abandon(request, cancel: bool = False) -> None:
+def abandon(request, cancel: bool = False, keep=None) -> None:
     """A request whose wait was broken off: one still pending keeps its buffers alive for good.
 
     A receive is cancelled (``cancel``): withdrawn from matching, it cannot take a later message.
@@ -120,7 +122,7 @@ def abandon(request, cancel: bool = False) -> None:
         except Exception:  # noqa: BLE001 - a request that cannot be cancelled stays pending
             done = False
     if not done:
-        _abandoned.append(request)
+        _abandoned.append((request, keep))
 
 
 def abandoned_count() -> int:
@@ -132,13 +134,13 @@ def held() -> int:
     """How many abandoned requests still hold their buffers; those that have completed since
     (a message matched after all) are let go."""
     still = []
-    for request in _abandoned:
+    for request, keep in _abandoned:
         try:
             completed = request.Test()
         except Exception:  # noqa: BLE001 - a request MPI cannot even test stays held, to be safe
             completed = False
         if not completed:
-            still.append(request)
+            still.append((request, keep))
     _abandoned[:] = still
     return len(still)
 

@@ -1,0 +1,1050 @@
+/* The traced calls' hot path in C: mpinb's tracer below the interpreter.
+ *
+ * Each traced communicator class gets, in place of its Python methods for the calls below,
+ * method descriptors of the type ``Method`` defined here (Python's fastest way to call C with
+ * ``self``). One call:
+ *   - reads its arguments as mpi4py does for the common case (one buffer object, or an object to
+ *     pickle), and otherwise hands the whole call to the Python method it stands for (``fallback``),
+ *     which is today's Python tracer, so every other form stays exactly mpi4py's;
+ *   - posts the nonblocking form and tests it; if it is not done, it spins on MPI_Test with the
+ *     GIL released for ``spin`` seconds (yielding the core every 32 tests, as MPICH's own waits
+ *     do), and if it is still not done, hands the request to Python (``_native.finish``), whose
+ *     polled wait handles signals, describes the wait to the notebook and abandons the request
+ *     on an interrupt (the buffer stays alive in a ``Held`` object for as long as MPI may use it);
+ *   - records the call, when recording is on, as one C struct in this module's event buffer: the
+ *     caller's code object and instruction offset (the line is looked up when the run ends), the
+ *     communicator's id, peer, tag, bytes and the three times of the event schema (mpinb._events).
+ *
+ * Python's own traced calls append their event objects to the same buffer (``add``), so a run's
+ * events stay in call order; ``drain`` returns them as the schema's tuples.
+ *
+ * Built against the MPI that mpi4py loaded (mpinb/_native.py builds it with that MPI's mpicc);
+ * handles come from mpi4py's C API, so they are that MPI's own.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+#include <sched.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+/* mpi4py's C API (PyMPIComm_Get and friends), filled in by import_mpi4py__MPI(). */
+#include "mpi4py/mpi4py.h"
+
+/* Which MPI's headers this was built with: mpi4py's build for that MPI must be the one loaded. */
+#if defined(I_MPI_VERSION)
+#define MPI_VENDOR "Intel MPI"
+#elif defined(OPEN_MPI) && OPEN_MPI
+#define MPI_VENDOR "Open MPI"
+#elif defined(MPICH_NAME)
+#define MPI_VENDOR "MPICH"
+#else
+#define MPI_VENDOR "unknown"
+#endif
+
+enum { SEND = 0, RECV = 1, COLLECTIVE = 2 };            /* mpinb._events kinds */
+enum { DO_SEND, DO_RECV, DO_SEND_OBJECT, DO_RECV_OBJECT, DO_COLLECTIVE };
+
+/* ---- clock: time.perf_counter()'s (CLOCK_MONOTONIC on Linux) ---------------------------- */
+static inline double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the event buffer --------------------------------------------------------------------- */
+typedef struct {
+    PyObject *object;        /* an event made in Python (tuple or list), or NULL: the fields */
+    PyObject *op;            /* the mpi4py method's name (a strong reference) */
+    PyObject *comm;          /* the communicator's id */
+    PyObject *code;          /* the caller's code object, or NULL */
+    int kind, peer, tag, where; /* where: instruction offset (3.11+) or line */
+    long long sent, received;
+    double start, end, returned;
+} Event;
+
+static Event *events = NULL;
+static Py_ssize_t n_events = 0, allocated = 0, capacity = 100000, dropped = 0;
+static int recording = 0;
+
+static Event *new_event(void) {
+    if (n_events >= capacity) {
+        dropped++;
+        return NULL;
+    }
+    if (n_events == allocated) {
+        Py_ssize_t more = allocated ? allocated * 2 : 1024;
+        if (more > capacity) more = capacity;
+        Event *grown = PyMem_Realloc(events, (size_t)more * sizeof(Event));
+        if (grown == NULL) {
+            dropped++;
+            return NULL;
+        }
+        events = grown;
+        allocated = more;
+    }
+    Event *e = &events[n_events++];
+    memset(e, 0, sizeof(Event));
+    return e;
+}
+
+static void clear_events(void) {
+    for (Py_ssize_t i = 0; i < n_events; i++) {
+        Py_CLEAR(events[i].object);
+        Py_CLEAR(events[i].op);
+        Py_CLEAR(events[i].comm);
+        Py_CLEAR(events[i].code);
+    }
+    n_events = 0;
+}
+
+/* The caller's code object and position: a strong reference to the code, or NULL. */
+static PyObject *caller(int *where) {
+    PyFrameObject *frame = PyEval_GetFrame();  /* borrowed: the Python frame that called us */
+    *where = 0;
+    if (frame == NULL) return NULL;
+#if PY_VERSION_HEX >= 0x030B0000
+    *where = PyFrame_GetLasti(frame);
+#else
+    *where = PyFrame_GetLineNumber(frame);
+#endif
+    return (PyObject *)PyFrame_GetCode(frame);
+}
+
+static int line_of(PyObject *code, int where) {
+    if (code == NULL) return 0;
+#if PY_VERSION_HEX >= 0x030B0000
+    return where < 0 ? ((PyCodeObject *)code)->co_firstlineno : PyCode_Addr2Line((PyCodeObject *)code, where);
+#else
+    return where;
+#endif
+}
+
+static PyObject *file_of(PyObject *code) {
+    if (code == NULL) return PyUnicode_FromString("");
+    return PyObject_GetAttrString(code, "co_filename");
+}
+
+static void record(PyObject *op, int kind, PyObject *comm, int peer, int tag, long long sent,
+                   long long received, double start, double end, PyObject *code, int where) {
+    Event *e = new_event();
+    if (e == NULL) {
+        Py_XDECREF(code);
+        return;
+    }
+    Py_INCREF(op);
+    e->op = op;
+    Py_XINCREF(comm);
+    e->comm = comm;
+    e->code = code;  /* the reference caller() gave */
+    e->kind = kind;
+    e->peer = peer;
+    e->tag = tag;
+    e->where = where;
+    e->sent = sent;
+    e->received = received;
+    e->start = start;
+    e->end = e->returned = end;
+}
+
+/* ---- what the Python side gives us (configure) --------------------------------------------- */
+static PyObject *mpi_exception = NULL;   /* MPI.Exception */
+static PyObject *pickle_dumps = NULL;    /* MPI.pickle.dumps, as mpi4py's send uses it */
+static PyObject *pickle_loads = NULL;
+static PyObject *typedict = NULL;        /* MPI._typedict: buffer format -> Datatype */
+static PyObject *finish = NULL;          /* _native.finish(request, status, held, comm, op, ...) */
+static PyObject *receive_object = NULL;  /* _native.receive_object(comm, op, source, tag, status, ...) */
+static PyObject *str_mpinb_id = NULL;
+static double spin_seconds = 0.01;
+static int polls_before_yield = 32;
+static int whole_on_arrival = 4096;
+
+static int raise_mpi(int ierr) {
+    PyObject *code = PyLong_FromLong(ierr);
+    if (code == NULL) return -1;
+    PyObject *exc = PyObject_CallOneArg(mpi_exception, code);
+    Py_DECREF(code);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return -1;
+}
+
+/* ---- Held: a buffer kept alive while MPI may use it ---------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int has_view;
+    PyObject *object;  /* what else to keep (the pickle) */
+} Held;
+
+static void Held_dealloc(Held *self) {
+    if (self->has_view) PyBuffer_Release(&self->view);
+    Py_XDECREF(self->object);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpinb.rank._tracer.Held",
+    .tp_basicsize = sizeof(Held),
+    .tp_dealloc = (destructor)Held_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A buffer that a pending MPI request still uses.",
+};
+
+static PyObject *hold(Py_buffer *view, PyObject *object) {
+    Held *held = PyObject_New(Held, &HeldType);
+    if (held == NULL) return NULL;
+    held->view = *view;  /* takes over the view: the caller must not release it */
+    held->has_view = 1;
+    Py_XINCREF(object);
+    held->object = object;
+    return (PyObject *)held;
+}
+
+/* ---- buffers as mpi4py reads a bare buffer object (msgbuffer.pxi's message_simple) --------- */
+typedef struct {
+    char format[16];
+    MPI_Datatype type;
+    MPI_Aint extent;
+} Known;
+
+static Known known[64];
+static int n_known = 0;
+
+/* The datatype for a buffer format, as mpi4py's getdatatype(); 0 where mpi4py might say
+ * something else (an unknown format, a foreign byte order): the caller then falls back. */
+static int datatype_of(const char *format, MPI_Datatype *type, MPI_Aint *extent) {
+    if (format == NULL || strcmp(format, "B") == 0) {
+        *type = MPI_BYTE;
+        *extent = 1;
+        return 1;
+    }
+    const char *key = format;
+    const int little = 1;
+    int is_little = *(const char *)&little == 1;
+    if (key[0] == '@') key++;
+    else if (key[0] == '<') {
+        if (!is_little) return 0;
+        key++;
+    } else if (key[0] == '>') {
+        if (is_little) return 0;
+        key++;
+    }
+    for (int i = 0; i < n_known; i++) {
+        if (strcmp(known[i].format, key) == 0) {
+            *type = known[i].type;
+            *extent = known[i].extent;
+            return 1;
+        }
+    }
+    if (strlen(key) >= sizeof(known[0].format) || n_known == (int)(sizeof(known) / sizeof(known[0])))
+        return 0;
+    PyObject *found = PyDict_GetItemString(typedict, key);  /* borrowed */
+    if (found == NULL) return 0;
+    MPI_Datatype *handle = PyMPIDatatype_Get(found);
+    if (handle == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    MPI_Aint lb, ext;
+    if (MPI_Type_get_extent(*handle, &lb, &ext) != MPI_SUCCESS || ext <= 0) return 0;
+    strcpy(known[n_known].format, key);
+    known[n_known].type = *handle;
+    known[n_known].extent = ext;
+    n_known++;
+    *type = *handle;
+    *extent = ext;
+    return 1;
+}
+
+/* A bare buffer object (not a list or tuple spec), as mpi4py takes it: 1 with the view, the
+ * datatype and the count; 0 (no error set) where mpi4py's own parsing must decide. */
+static int simple_buffer(PyObject *obj, int writable, Py_buffer *view, MPI_Datatype *type, int *count) {
+    if (PyList_Check(obj) || PyTuple_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
+    int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    MPI_Aint extent;
+    if (!datatype_of(view->format, type, &extent) || view->len % extent != 0 || view->len / extent > INT_MAX) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *count = (int)(view->len / extent);
+    return 1;
+}
+
+/* ---- waiting ------------------------------------------------------------------------------- */
+/* Test, then spin with the GIL released; 1 when done, 0 when it is still pending after the
+ * spin, -1 on an MPI error (``*ierr``). ``message`` non-NULL: a matched probe instead. */
+static int settle(MPI_Request *request, MPI_Status *status, int *ierr) {
+    int flag = 0;
+    *ierr = MPI_Test(request, &flag, status);
+    if (*ierr != MPI_SUCCESS) return -1;
+    if (flag) return 1;
+    Py_BEGIN_ALLOW_THREADS
+    double began = now();
+    int polls = 0;
+    while (!flag && *ierr == MPI_SUCCESS) {
+        *ierr = MPI_Test(request, &flag, status);
+        if (flag || *ierr != MPI_SUCCESS) break;
+        if (++polls % polls_before_yield == 0) {
+            sched_yield();
+            if (now() - began >= spin_seconds) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (*ierr != MPI_SUCCESS) return -1;
+    return flag;
+}
+
+static int probe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *ierr) {
+    int flag = 0;
+    *ierr = MPI_Improbe(source, tag, comm, &flag, message, status);
+    if (*ierr != MPI_SUCCESS) return -1;
+    if (flag) return 1;
+    Py_BEGIN_ALLOW_THREADS
+    double began = now();
+    int polls = 0;
+    while (1) {
+        *ierr = MPI_Improbe(source, tag, comm, &flag, message, status);
+        if (flag || *ierr != MPI_SUCCESS) break;
+        if (++polls % polls_before_yield == 0) {
+            sched_yield();
+            if (now() - began >= spin_seconds) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (*ierr != MPI_SUCCESS) return -1;
+    return flag;
+}
+
+/* ---- Method: a traced call, as a method descriptor ----------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *name;       /* "Send" */
+    PyObject *fallback;   /* the Python tracer's method: every form this path does not take */
+    PyObject *polled;     /* for collectives: mpi4py's nonblocking method ("Iallreduce") */
+    PyObject *doc;
+    int action;
+    int root_at;          /* collectives: the root's position, or -1 */
+    int bcast;
+} Method;
+
+static PyObject *call_fallback(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
+}
+
+/* Argument ``position`` (0 = the first after self) or keyword ``name``; borrowed, or NULL. */
+static PyObject *argument(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t position,
+                          const char *name) {
+    if (position < nargs) return args[position];
+    if (kwnames != NULL) {
+        Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0)
+                return args[nargs + i];
+        }
+    }
+    return NULL;
+}
+
+/* Whether the keywords are all among ``allowed`` (else mpi4py's own call says what is wrong). */
+static int keywords_known(PyObject *kwnames, const char *const *allowed) {
+    if (kwnames == NULL) return 1;
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), *a) == 0) ok = 1;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int small_int(PyObject *obj, int fallback_value, int *out) {
+    if (obj == NULL) {
+        *out = fallback_value;
+        return 1;
+    }
+    if (!PyLong_CheckExact(obj)) return 0;
+    int overflow = 0;
+    long value = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (overflow || value < INT_MIN || value > INT_MAX) return 0;
+    *out = (int)value;
+    return 1;
+}
+
+/* Whether the user revoked the communicator (ULFM): then MPI's own call says ERR_REVOKED, where
+ * a polled form may not, so the Python path (which gives way to it) takes the call. Only Open
+ * MPI's fault-tolerance extension can revoke; mpi4py's Is_revoked says False everywhere else. */
+static int is_revoked(PyObject *self) {
+#ifdef OMPI_HAVE_MPI_EXT_FTMPI
+    MPI_Comm *comm = PyMPIComm_Get(self);
+    int flag = 0;
+    if (comm == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return MPIX_Comm_is_revoked(*comm, &flag) == MPI_SUCCESS && flag;
+#else
+    (void)self;
+    return 0;
+#endif
+}
+
+/* Hand a pending request to Python's polled wait; returns 0 when it completed, -1 on error. */
+static int finish_in_python(Method *m, PyObject *self, MPI_Request request, MPI_Status *status, PyObject *held,
+                            const char *kind, int peer, int tag, long long size, PyObject *code, int where,
+                            int cancel) {
+    PyObject *request_obj = PyMPIRequest_New(request);
+    PyObject *status_obj = PyMPIStatus_New(status);
+    PyObject *file = file_of(code);
+    if (request_obj == NULL || status_obj == NULL || file == NULL) {
+        Py_XDECREF(request_obj);
+        Py_XDECREF(status_obj);
+        Py_XDECREF(file);
+        Py_XDECREF(held);
+        return -1;
+    }
+    PyObject *done = PyObject_CallFunction(finish, "OOOOOsiiLOii", request_obj, status_obj, held ? held : Py_None,
+                                           self, m->name, kind, peer, tag, size, file, line_of(code, where), cancel);
+    Py_XDECREF(held);
+    Py_DECREF(file);
+    int ok = done != NULL;
+    Py_XDECREF(done);
+    if (ok) *status = *PyMPIStatus_Get(status_obj);
+    Py_DECREF(request_obj);
+    Py_DECREF(status_obj);
+    return ok ? 0 : -1;
+}
+
+static PyObject *comm_id(PyObject *self) {
+    return PyObject_GetAttr(self, str_mpinb_id);  /* a new reference, or NULL */
+}
+
+static const char *const SEND_KEYWORDS[] = {"buf", "dest", "tag", NULL};
+static const char *const RECV_KEYWORDS[] = {"buf", "source", "tag", "status", NULL};
+static const char *const SENDOBJ_KEYWORDS[] = {"obj", "dest", "tag", NULL};
+
+static PyObject *do_send(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = args[0];
+    int dest, tag;
+    PyObject *buf = argument(args + 1, nargs - 1, kwnames, 0, "buf");
+    if (nargs > 4 || buf == NULL || !keywords_known(kwnames, SEND_KEYWORDS)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 1, "dest"), MPI_PROC_NULL, &dest)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 2, "tag"), 0, &tag)
+        || argument(args + 1, nargs - 1, kwnames, 1, "dest") == NULL || dest == MPI_PROC_NULL || is_revoked(self))
+        return call_fallback(m, args, nargsf, kwnames);
+    Py_buffer view;
+    MPI_Datatype type;
+    int count;
+    if (!simple_buffer(buf, 0, &view, &type, &count)) return call_fallback(m, args, nargsf, kwnames);
+    MPI_Comm *comm = PyMPIComm_Get(self);
+    if (comm == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int where;
+    PyObject *code = caller(&where);
+    long long size = view.len;
+    double start = now();
+    MPI_Request request;
+    int ierr = MPI_Isend(view.buf, count, type, dest, tag, *comm, &request);
+    if (ierr != MPI_SUCCESS) {
+        PyBuffer_Release(&view);
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    MPI_Status status;
+    int done = settle(&request, &status, &ierr);
+    if (done < 0) {
+        PyBuffer_Release(&view);
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    if (done) {
+        PyBuffer_Release(&view);
+    } else {
+        PyObject *held = hold(&view, NULL);
+        if (held == NULL || finish_in_python(m, self, request, &status, held, "send", dest, tag, size, code,
+                                             where, 0) < 0) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+    }
+    if (recording) {
+        PyObject *cid = comm_id(self);
+        if (cid == NULL) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+        record(m->name, SEND, cid, dest, tag, size, 0, start, now(), code, where);
+        Py_DECREF(cid);
+    } else {
+        Py_XDECREF(code);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Bytes a status says arrived, also beyond an int's range (MPI_Get_elements_x is MPI 3.0). */
+static long long received_bytes(MPI_Status *status) {
+    MPI_Count count = 0;
+    if (MPI_Get_elements_x(status, MPI_BYTE, &count) != MPI_SUCCESS || count == MPI_UNDEFINED) return 0;
+    return (long long)count;
+}
+
+/* ``size`` bytes as (count, datatype): MPI_BYTE while the count fits an int, else a committed
+ * datatype of 1 GiB blocks and the rest (count 1), as mpi4py's large-count emulation on MPI 3.
+ * *made is 1 when the caller must free the datatype. */
+static int bytes_as(long long size, int *count, MPI_Datatype *type, int *made) {
+    *made = 0;
+    if (size <= INT_MAX) {
+        *count = (int)size;
+        *type = MPI_BYTE;
+        return MPI_SUCCESS;
+    }
+    const long long block = 1LL << 30;
+    MPI_Datatype blocks, rest = MPI_BYTE, parts[2];
+    int ierr = MPI_Type_contiguous((int)block, MPI_BYTE, &blocks);
+    if (ierr != MPI_SUCCESS) return ierr;
+    int lengths[2] = {(int)(size / block), (int)(size % block)};
+    MPI_Aint offsets[2] = {0, (MPI_Aint)((size / block) * block)};
+    parts[0] = blocks;
+    parts[1] = rest;
+    ierr = MPI_Type_create_struct(2, lengths, offsets, parts, type);
+    MPI_Type_free(&blocks);
+    if (ierr == MPI_SUCCESS) ierr = MPI_Type_commit(type);
+    if (ierr != MPI_SUCCESS) return ierr;
+    *count = 1;
+    *made = 1;
+    return MPI_SUCCESS;
+}
+
+static int user_status(PyObject *obj, MPI_Status **out) {
+    *out = NULL;
+    if (obj == NULL || obj == Py_None) return 1;
+    if (!PyObject_TypeCheck(obj, &PyMPIStatus_Type)) return 0;
+    *out = PyMPIStatus_Get(obj);
+    return *out != NULL;
+}
+
+static PyObject *finish_receive(Method *m, PyObject *self, MPI_Status *status, MPI_Status *theirs, double start,
+                                PyObject *code, int where, PyObject *result) {
+    if (theirs != NULL) *theirs = *status;
+    if (recording) {
+        PyObject *cid = comm_id(self);
+        if (cid == NULL) {
+            Py_XDECREF(code);
+            Py_XDECREF(result);
+            return NULL;
+        }
+        record(m->name, RECV, cid, status->MPI_SOURCE, status->MPI_TAG, 0, received_bytes(status), start, now(),
+               code, where);
+        Py_DECREF(cid);
+    } else {
+        Py_XDECREF(code);
+    }
+    if (result == NULL) Py_RETURN_NONE;
+    return result;
+}
+
+static PyObject *do_recv(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = args[0];
+    int source, tag;
+    MPI_Status *theirs;
+    PyObject *buf = argument(args + 1, nargs - 1, kwnames, 0, "buf");
+    if (nargs > 5 || buf == NULL || !keywords_known(kwnames, RECV_KEYWORDS)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 1, "source"), MPI_ANY_SOURCE, &source)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 2, "tag"), MPI_ANY_TAG, &tag)
+        || !user_status(argument(args + 1, nargs - 1, kwnames, 3, "status"), &theirs)
+        || source == MPI_PROC_NULL || is_revoked(self))
+        return call_fallback(m, args, nargsf, kwnames);
+    Py_buffer view;
+    MPI_Datatype type;
+    int count;
+    if (!simple_buffer(buf, 1, &view, &type, &count)) return call_fallback(m, args, nargsf, kwnames);
+    MPI_Comm *comm = PyMPIComm_Get(self);
+    if (comm == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int where;
+    PyObject *code = caller(&where);
+    double start = now();
+    long long size = view.len;
+    MPI_Request request;
+    MPI_Status status;
+    int ierr = MPI_Irecv(view.buf, count, type, source, tag, *comm, &request);
+    int done = ierr == MPI_SUCCESS ? settle(&request, &status, &ierr) : -1;
+    if (done < 0) {
+        PyBuffer_Release(&view);
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    if (done) {
+        PyBuffer_Release(&view);
+    } else {
+        PyObject *held = hold(&view, NULL);
+        if (held == NULL || finish_in_python(m, self, request, &status, held, "recv", source, tag, size,
+                                             code, where, 1) < 0) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+    }
+    return finish_receive(m, self, &status, theirs, start, code, where, NULL);
+}
+
+static PyObject *do_send_object(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = args[0];
+    int dest, tag;
+    PyObject *obj = argument(args + 1, nargs - 1, kwnames, 0, "obj");
+    PyObject *dest_obj = argument(args + 1, nargs - 1, kwnames, 1, "dest");
+    if (nargs > 4 || obj == NULL || dest_obj == NULL || !keywords_known(kwnames, SENDOBJ_KEYWORDS)
+        || !small_int(dest_obj, MPI_PROC_NULL, &dest)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 2, "tag"), 0, &tag)
+        || dest == MPI_PROC_NULL || is_revoked(self))
+        return call_fallback(m, args, nargsf, kwnames);
+    MPI_Comm *comm = PyMPIComm_Get(self);
+    if (comm == NULL) return NULL;
+    int where;
+    PyObject *code = caller(&where);
+    double start = now();
+    PyObject *data = PyObject_CallOneArg(pickle_dumps, obj);
+    if (data == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(data);
+        Py_XDECREF(code);
+        return NULL;
+    }
+    long long size = view.len;
+    MPI_Request request;
+    MPI_Status status;
+    int count, made;
+    MPI_Datatype type;
+    int ierr = bytes_as(view.len, &count, &type, &made);
+    if (ierr == MPI_SUCCESS) ierr = MPI_Isend(view.buf, count, type, dest, tag, *comm, &request);
+    if (made) MPI_Type_free(&type);
+    int done = ierr == MPI_SUCCESS ? settle(&request, &status, &ierr) : -1;
+    if (done < 0) {
+        PyBuffer_Release(&view);
+        Py_DECREF(data);
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    if (done) {
+        PyBuffer_Release(&view);
+        Py_DECREF(data);
+    } else {
+        PyObject *held = hold(&view, data);
+        Py_DECREF(data);
+        if (held == NULL || finish_in_python(m, self, request, &status, held, "send", dest, tag, size, code,
+                                             where, 0) < 0) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+    }
+    if (recording) {
+        PyObject *cid = comm_id(self);
+        if (cid == NULL) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+        record(m->name, SEND, cid, dest, tag, size, 0, start, now(), code, where);
+        Py_DECREF(cid);
+    } else {
+        Py_XDECREF(code);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *do_recv_object(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = args[0];
+    int source, tag;
+    MPI_Status *theirs;
+    PyObject *buf = argument(args + 1, nargs - 1, kwnames, 0, "buf");
+    if (nargs > 5 || (buf != NULL && buf != Py_None) || !keywords_known(kwnames, RECV_KEYWORDS)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 1, "source"), MPI_ANY_SOURCE, &source)
+        || !small_int(argument(args + 1, nargs - 1, kwnames, 2, "tag"), MPI_ANY_TAG, &tag)
+        || !user_status(argument(args + 1, nargs - 1, kwnames, 3, "status"), &theirs)
+        || source == MPI_PROC_NULL || is_revoked(self))
+        return call_fallback(m, args, nargsf, kwnames);
+    MPI_Comm *comm = PyMPIComm_Get(self);
+    if (comm == NULL) return NULL;
+    MPI_Message message;
+    MPI_Status status;
+    int ierr;
+    int where;
+    PyObject *code = caller(&where);
+    double start = now();
+    int found = probe(source, tag, *comm, &message, &status, &ierr);
+    if (found < 0) {
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    if (!found) {  /* not here within the spin: Python's polled receive from here */
+        PyObject *status_obj = PyMPIStatus_New(&status);
+        PyObject *file = file_of(code);
+        PyObject *result = NULL;
+        if (status_obj != NULL && file != NULL)
+            result = PyObject_CallFunction(receive_object, "OOiiOOi", self, m->name, source, tag, status_obj, file,
+                                           line_of(code, where));
+        Py_XDECREF(file);
+        if (result == NULL) {
+            Py_XDECREF(status_obj);
+            Py_XDECREF(code);
+            return NULL;
+        }
+        status = *PyMPIStatus_Get(status_obj);
+        Py_DECREF(status_obj);
+        return finish_receive(m, self, &status, theirs, start, code, where, result);
+    }
+    long long size = received_bytes(&status);
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (data == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    int count, made;
+    MPI_Datatype type;
+    ierr = bytes_as(size, &count, &type, &made);
+    if (ierr != MPI_SUCCESS) {
+    } else if (size <= whole_on_arrival) {  /* arrived whole: its receive returns at once */
+        ierr = MPI_Mrecv(PyBytes_AS_STRING(data), count, type, &message, &status);
+    } else {  /* a large pickle may need its sender's progress: polled */
+        MPI_Request request;
+        MPI_Status arrived;
+        ierr = MPI_Imrecv(PyBytes_AS_STRING(data), count, type, &message, &request);
+        int done = ierr == MPI_SUCCESS ? settle(&request, &arrived, &ierr) : -1;
+        if (done == 0) {
+            Py_buffer view;
+            PyObject *held = PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0 ? NULL : hold(&view, NULL);
+            if (held == NULL || finish_in_python(m, self, request, &arrived, held, "recv", source, tag, 0, code,
+                                                 where, 0) < 0) {
+                if (made) MPI_Type_free(&type);
+                Py_DECREF(data);
+                Py_XDECREF(code);
+                return NULL;
+            }
+        }
+    }
+    if (made) MPI_Type_free(&type);
+    if (ierr != MPI_SUCCESS) {
+        Py_DECREF(data);
+        Py_XDECREF(code);
+        return raise_mpi(ierr), NULL;
+    }
+    PyObject *result = size ? PyObject_CallOneArg(pickle_loads, data) : (Py_INCREF(Py_None), Py_None);
+    Py_DECREF(data);
+    if (result == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    return finish_receive(m, self, &status, theirs, start, code, where, result);
+}
+
+/* Bytes of a buffer spec as mpinb._calls._nbytes counts them: an array's, or a spec's first item's. */
+static long long nbytes(PyObject *spec) {
+    if (spec == NULL || spec == Py_None) return 0;
+    if ((PyList_Check(spec) || PyTuple_Check(spec)))
+        return PySequence_Fast_GET_SIZE(spec) ? nbytes(PySequence_Fast_ITEMS(spec)[0]) : 0;
+    if (!PyObject_CheckBuffer(spec)) return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(spec, &view, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    long long size = view.len;
+    PyBuffer_Release(&view);
+    return size;
+}
+
+static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = args[0];
+    int root = -1;
+    if (m->root_at >= 0 && !small_int(argument(args + 1, nargs - 1, kwnames, m->root_at, "root"), 0, &root))
+        return call_fallback(m, args, nargsf, kwnames);
+    int where;
+    PyObject *code = caller(&where);
+    double start = now();
+    PyObject *request_obj = PyObject_Vectorcall(m->polled, args, nargsf, kwnames);  /* mpi4py parses, posts */
+    if (request_obj == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    MPI_Request *request = PyMPIRequest_Get(request_obj);
+    MPI_Status status;
+    int ierr = MPI_SUCCESS;
+    int done = request == NULL ? -2 : settle(request, &status, &ierr);
+    if (done == 0) {  /* Python's polled wait from here: interruptible, described to the notebook */
+        PyObject *file = file_of(code);
+        PyObject *finished = file == NULL ? NULL
+            : PyObject_CallFunction(finish, "OOOOOsiiLOii", request_obj, Py_None, Py_None, self, m->name,
+                                    "collective", root, -1, 0LL, file, line_of(code, where), 0);
+        Py_XDECREF(file);
+        done = finished == NULL ? -2 : 1;
+        Py_XDECREF(finished);
+    }
+    Py_DECREF(request_obj);
+    if (done < 0) {
+        Py_XDECREF(code);
+        if (done == -1) raise_mpi(ierr);
+        return NULL;
+    }
+    if (!recording) {
+        Py_XDECREF(code);
+        Py_RETURN_NONE;
+    }
+    long long sent, received;
+    PyObject *first = argument(args + 1, nargs - 1, kwnames, 0, m->bcast ? "buf" : "sendbuf");
+    if (m->bcast) {
+        int rank = -1;
+        MPI_Comm *comm = PyMPIComm_Get(self);
+        if (comm != NULL) MPI_Comm_rank(*comm, &rank);
+        else PyErr_Clear();
+        long long size = nbytes(first);
+        sent = rank == root ? size : 0;
+        received = rank == root ? 0 : size;
+    } else {
+        sent = nbytes(first);
+        received = nbytes(argument(args + 1, nargs - 1, kwnames, 1, "recvbuf"));
+    }
+    PyObject *cid = comm_id(self);
+    if (cid == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    record(m->name, COLLECTIVE, cid, root, -1, sent, received, start, now(), code, where);
+    Py_DECREF(cid);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Method *m = (Method *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || !PyObject_TypeCheck(args[0], &PyMPIComm_Type))
+        return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
+    switch (m->action) {
+    case DO_SEND: return do_send(m, args, nargsf, kwnames);
+    case DO_RECV: return do_recv(m, args, nargsf, kwnames);
+    case DO_SEND_OBJECT: return do_send_object(m, args, nargsf, kwnames);
+    case DO_RECV_OBJECT: return do_recv_object(m, args, nargsf, kwnames);
+    default: return do_collective(m, args, nargsf, kwnames);
+    }
+}
+
+static PyObject *Method_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static void Method_dealloc(Method *self) {
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->polled);
+    Py_XDECREF(self->doc);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Method_get_name(Method *self, void *closure) {
+    Py_INCREF(self->name);
+    return self->name;
+}
+
+static PyObject *Method_get_qualname(Method *self, void *closure) {
+    return PyUnicode_FromFormat("TracedIntracomm.%U", self->name);
+}
+
+static PyObject *Method_get_doc(Method *self, void *closure) {
+    PyObject *doc = self->doc ? self->doc : Py_None;
+    Py_INCREF(doc);
+    return doc;
+}
+
+static PyObject *Method_get_fallback(Method *self, void *closure) {
+    Py_INCREF(self->fallback);
+    return self->fallback;
+}
+
+static PyGetSetDef Method_getset[] = {
+    {"__name__", (getter)Method_get_name, NULL, NULL, NULL},
+    {"__qualname__", (getter)Method_get_qualname, NULL, NULL, NULL},
+    {"__doc__", (getter)Method_get_doc, NULL, NULL, NULL},
+    {"fallback", (getter)Method_get_fallback, NULL, "the Python tracer's method, for every other form", NULL},
+    {NULL},
+};
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpinb.rank._tracer.Method",
+    .tp_basicsize = sizeof(Method),
+    .tp_dealloc = (destructor)Method_dealloc,
+    .tp_vectorcall_offset = offsetof(Method, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = Method_get,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_getset = Method_getset,
+    .tp_doc = "A traced MPI call in C (mpinb/rank/_tracer.c), as a method.",
+};
+
+/* ---- the module's functions ---------------------------------------------------------------- */
+static const char *const ACTIONS[] = {"send", "recv", "send_object", "recv_object", "collective", NULL};
+
+static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"name", "action", "fallback", "polled", "root_at", "bcast", NULL};
+    PyObject *name, *fallback, *polled = Py_None;
+    const char *action;
+    int root_at = -1, bcast = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UsO|Oip", keywords, &name, &action, &fallback, &polled,
+                                     &root_at, &bcast))
+        return NULL;
+    int which = -1;
+    for (int i = 0; ACTIONS[i]; i++)
+        if (strcmp(ACTIONS[i], action) == 0) which = i;
+    if (which < 0) return PyErr_Format(PyExc_ValueError, "unknown action %s", action);
+    if (which == DO_COLLECTIVE && polled == Py_None)
+        return PyErr_Format(PyExc_ValueError, "a collective needs its nonblocking form (polled=)");
+    Method *m = PyObject_New(Method, &MethodType);
+    if (m == NULL) return NULL;
+    m->vectorcall = Method_vectorcall;
+    Py_INCREF(name);
+    m->name = name;
+    Py_INCREF(fallback);
+    m->fallback = fallback;
+    Py_INCREF(polled);
+    m->polled = polled;
+    m->doc = PyObject_GetAttrString(fallback, "__doc__");
+    if (m->doc == NULL) PyErr_Clear();
+    m->action = which;
+    m->root_at = root_at;
+    m->bcast = bcast;
+    return (PyObject *)m;
+}
+
+static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"exception", "pickle", "typedict", "finish", "receive_object", "spin",
+                               "polls_before_yield", "whole_on_arrival", NULL};
+    PyObject *exception, *pickle, *types, *finish_fn, *receive_fn;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOdii", keywords, &exception, &pickle, &PyDict_Type,
+                                     &types, &finish_fn, &receive_fn, &spin_seconds,
+                                     &polls_before_yield, &whole_on_arrival))
+        return NULL;
+    if (polls_before_yield < 1) polls_before_yield = 1;
+    PyObject *dumps = PyObject_GetAttrString(pickle, "dumps");
+    PyObject *loads = dumps ? PyObject_GetAttrString(pickle, "loads") : NULL;
+    if (loads == NULL) {
+        Py_XDECREF(dumps);
+        return NULL;
+    }
+    Py_XSETREF(pickle_dumps, dumps);
+    Py_XSETREF(pickle_loads, loads);
+    Py_INCREF(exception);
+    Py_XSETREF(mpi_exception, exception);
+    Py_INCREF(types);
+    Py_XSETREF(typedict, types);
+    Py_INCREF(finish_fn);
+    Py_XSETREF(finish, finish_fn);
+    Py_INCREF(receive_fn);
+    Py_XSETREF(receive_object, receive_fn);
+    n_known = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *start(PyObject *module, PyObject *arg) {
+    Py_ssize_t most = PyLong_AsSsize_t(arg);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    clear_events();
+    capacity = most > 0 ? most : 0;
+    dropped = 0;
+    recording = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *add(PyObject *module, PyObject *event) {
+    Event *e = new_event();
+    if (e != NULL) {
+        Py_INCREF(event);
+        e->object = event;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *as_tuple(Event *e) {
+    if (e->object != NULL) {
+        Py_INCREF(e->object);
+        return e->object;
+    }
+    PyObject *file = file_of(e->code);
+    if (file == NULL) return NULL;
+    return Py_BuildValue("OiOiiLLdddNi", e->op, e->kind, e->comm ? e->comm : Py_None, e->peer, e->tag, e->sent,
+                         e->received, e->start, e->end, e->returned, file, line_of(e->code, e->where));
+}
+
+static PyObject *stop(PyObject *module, PyObject *unused) {
+    recording = 0;
+    PyObject *list = PyList_New(n_events);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n_events; i++) {
+        PyObject *item = as_tuple(&events[i]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    clear_events();
+    return Py_BuildValue("Nn", list, dropped);
+}
+
+static PyObject *count(PyObject *module, PyObject *unused) {
+    return PyLong_FromSsize_t(n_events);
+}
+
+static PyMethodDef functions[] = {
+    {"method", (PyCFunction)(void (*)(void))make_method, METH_VARARGS | METH_KEYWORDS,
+     "method(name, action, fallback, polled=None, root_at=-1, bcast=False): a traced call in C, as a method."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "What the C calls need from Python: mpi4py's exception, pickle and type map, the slow paths."},
+    {"start", start, METH_O, "start(capacity): record from now on, at most capacity events."},
+    {"add", add, METH_O, "add(event): an event made in Python, in call order with the C ones."},
+    {"stop", stop, METH_NOARGS, "stop() -> (events as the schema's tuples, dropped): recording ends."},
+    {"count", count, METH_NOARGS, "How many events are held now."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_tracer", "mpinb's traced MPI calls in C (see _tracer.c).", -1, functions,
+};
+
+PyMODINIT_FUNC PyInit__tracer(void) {
+    if (import_mpi4py() < 0) return NULL;
+    if (PyType_Ready(&MethodType) < 0 || PyType_Ready(&HeldType) < 0) return NULL;
+    str_mpinb_id = PyUnicode_InternFromString("_mpinb_id");
+    if (str_mpinb_id == NULL) return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) return NULL;
+    if (PyModule_AddStringConstant(module, "MPI_VENDOR", MPI_VENDOR) < 0) return NULL;
+    return module;
+}
