@@ -200,6 +200,7 @@ class Hello(TypedDict):
     host: str
     pid: int
     mpi: str
+    tracer: str  # "C", or why traced calls run in Python on this rank ("python: ...")
 
 
 def wait_state(op: str, kind: WaitKind, where: tuple[str, int], *, comm: str | None = None,

@@ -4,6 +4,12 @@ template -> Chinese template, with the same ``{fields}``. Terms follow notebooks
 from __future__ import annotations
 
 ZH: dict[str, str] = {
+    # -- the pool
+    "mpinb: traced MPI calls run in Python on {ranks}, since the C tracer could not be built or loaded "
+    "({why}). Results are the same; each traced call costs a few microseconds more. `mpinb doctor` checks "
+    "the build; MPINB_TRACER=python silences this.":
+        "mpinb：{ranks} 上被追踪的 MPI 调用在 Python 中运行，因为 C 追踪器无法构建或加载（{why}）。结果相同，"
+        "但每次被追踪的调用会多花几微秒。`mpinb doctor` 会检查构建；设置 MPINB_TRACER=python 可关闭此提示。",
     # -- mpinb.check: verdicts and the grading's own sentences
     "{exercise}: correct, on every rank and in how the ranks communicated.":
         "{exercise}：正确，每个 rank 上的结果和各 rank 之间的通信方式都对。",

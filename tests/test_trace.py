@@ -581,3 +581,103 @@ def test_chrome_export_carries_wait_states_and_unfinished_calls(pool4):
     (open_call,) = [e for e in pool4.last_result.trace.to_chrome()["traceEvents"]
                     if e.get("args", {}).get("unfinished")]
     assert open_call["name"] == "recv" and open_call["tid"] == 0
+
+
+# -- the C tracer (mpinb/rank/_tracer.c) and the Python tracer it falls back to --------------------
+
+def test_the_ranks_trace_their_hottest_calls_in_c(pool4):
+    assert pool4.tracer == "C", "make install builds the C tracer: without it every traced call is slower"
+    res = pool4.run("[(type(getattr(type(comm), name)).__name__, getattr(type(comm), name).fallback.__module__,\n"
+                    "  getattr(comm, name).__name__,\n"
+                    "  getattr(comm, name).__doc__ == getattr(MPI.Intracomm, name).__doc__)\n"
+                    " for name in ('Send', 'Recv', 'send', 'recv', 'Allreduce')]")
+    expected = [("Method", module, name, True) for name, module in (
+        ("Send", "mpinb.rank._p2p"), ("Recv", "mpinb.rank._p2p"), ("send", "mpinb.rank._p2p"),
+        ("recv", "mpinb.rank._p2p"), ("Allreduce", "mpinb.rank._collectives"))]
+    assert set(map(str, res.value.values())) == {str(expected)}
+    assert {row["tracer"] for row in pool4.status()} == {"C"}
+
+
+@pytest.fixture(scope="module")
+def python_tracer_pool():
+    import mpinb
+
+    with mpinb.Pool(4, env={"MPINB_TRACER": "python"}) as pool:
+        yield pool
+
+
+# Every form the C path takes and the ones it hands to Python, blocking and not, small and large.
+BOTH_TRACERS = (
+    "right, left = (rank + 1) % size, (rank - 1) % size\n"
+    "out = []\n"
+    "a = np.arange(5, dtype='i') + rank; b = np.empty(5, dtype='i')\n"
+    "if rank % 2 == 0:\n"
+    "    comm.Send(a, dest=right, tag=1); comm.Recv(b, source=left, tag=1)\n"
+    "else:\n"
+    "    comm.Recv(b, source=left, tag=1); comm.Send(a, dest=right, tag=1)\n"
+    "out.append(b.tolist())\n"
+    "st = MPI.Status()\n"
+    "if rank % 2 == 0:\n"
+    "    comm.Send([a, 3, MPI.INT], dest=right, tag=2)\n"
+    "    comm.Recv([b, MPI.INT], source=MPI.ANY_SOURCE, tag=2, status=st)\n"
+    "else:\n"
+    "    comm.Recv(b, MPI.ANY_SOURCE, 2, st); comm.Send([a, 3, MPI.INT], dest=right, tag=2)\n"
+    "out.append((b[:3].tolist(), st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT)))\n"
+    "big = np.full(300_000, float(rank))\n"
+    "if rank % 2 == 0:\n"
+    "    comm.send({'r': rank, 'big': big}, dest=right, tag=3); got = comm.recv(source=left, tag=3)\n"
+    "else:\n"
+    "    got = comm.recv(source=left, tag=3); comm.send({'r': rank, 'big': big}, dest=right, tag=3)\n"
+    "out.append((got['r'], float(got['big'].sum())))\n"
+    "comm.send(('small', rank), dest=right)\n"
+    "out.append(comm.recv(None, left, MPI.ANY_TAG, st) + (st.Get_tag(),))\n"
+    "comm.Send(np.zeros(1), dest=MPI.PROC_NULL); comm.Recv(np.zeros(1), source=MPI.PROC_NULL)\n"
+    "out.append(comm.recv(source=MPI.PROC_NULL))\n"
+    "x = np.full(4, float(rank)); y = np.empty(4); comm.Allreduce(x, y, op=MPI.MAX); out.append(y.tolist())\n"
+    "comm.Allreduce(MPI.IN_PLACE, x); out.append(x.tolist())\n"
+    "z = np.arange(3.0) if rank == 1 else np.zeros(3); comm.Bcast(z, root=1); out.append(z.tolist())\n"
+    "g = np.empty(size, dtype='i') if rank == 0 else None\n"
+    "comm.Gather(np.array([rank], dtype='i'), g, root=0); out.append(None if g is None else g.tolist())\n"
+    "try:\n"
+    "    comm.Send(np.zeros(2), dest=size + 3)\n"
+    "except MPI.Exception as e:\n"
+    "    out.append(('error', e.Get_error_class()))\n"
+    "try:\n"
+    "    comm.Recv(b'readonly', source=left)\n"
+    "except Exception as e:\n"
+    "    out.append(type(e).__name__)\n"
+    "try:\n"
+    "    comm.send(lambda: 1, dest=right)\n"
+    "except Exception as e:\n"
+    "    out.append(type(e).__name__)\n"
+    "out\n"
+)
+
+
+def _schema(trace) -> list[tuple]:
+    """Everything a trace says but its times."""
+    return sorted((int(e["rank"]), str(e["op"]), int(e["kind"]), int(e["peer"]), int(e["tag"]), int(e["sent"]),
+                   int(e["received"]), int(e["line"])) for e in trace.events)
+
+
+def test_the_c_and_the_python_tracer_give_the_same_results_and_the_same_trace(pool4, python_tracer_pool):
+    assert python_tracer_pool.tracer == "python: MPINB_TRACER=python asks for the Python tracer"
+    in_c, in_python = pool4.run(BOTH_TRACERS), python_tracer_pool.run(BOTH_TRACERS)
+    untraced = pool4.run(BOTH_TRACERS, trace=False)
+    assert in_c.value == in_python.value == untraced.value
+    assert in_c.value[1][-3:] == [("error", 6), "BufferError", "PicklingError"]
+    assert _schema(in_c.trace) == _schema(in_python.trace)
+    assert len(in_c.trace) > 40
+
+
+def test_without_an_mpi_compiler_the_pool_says_so_and_traces_in_python():
+    import mpinb
+
+    with pytest.warns(RuntimeWarning, match="C tracer could not be built or loaded .*/nowhere/mpicc"):
+        pool = mpinb.Pool(2, env={"MPINB_MPICC": "/nowhere/mpicc"}).start()
+    try:
+        assert pool.tracer.startswith("python: ") and "/nowhere/mpicc" in pool.tracer
+        res = pool.run("comm.send(rank, dest=1 - rank)\ncomm.recv(source=1 - rank)")
+        assert res.value == {0: 1, 1: 0} and len(res.trace.messages()) == 2
+    finally:
+        pool.stop()

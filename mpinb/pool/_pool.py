@@ -21,8 +21,8 @@ import psutil
 from .. import rank as _rank
 from .._checks import Checked, optional_seconds, positive, seconds
 from .._language import say
-from .._protocol import Limits
-from .._ranges import Targets, parse_ranks, rank_count, rank_count_in_text
+from .._protocol import Hello, Limits
+from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
 from ._debug import Driver, OnStop, RankSession, first_failing_rank
@@ -46,6 +46,19 @@ Debug = Sequence[str] | OnStop | None
 _cell_numbers = itertools.count(1)
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 T = TypeVar("T")
+
+
+def slow_tracer_note(ranks: dict[int, Hello]) -> str | None:
+    """The warning for ranks whose traced calls run in Python although C was asked for."""
+    slow = {rank: info["tracer"] for rank, info in ranks.items() if info["tracer"] != "C"
+            and "MPINB_TRACER=python" not in info["tracer"]}
+    if not slow:
+        return None
+    why = slow[min(slow)].removeprefix("python: ")
+    return say("mpinb: traced MPI calls run in Python on {ranks}, since the C tracer could not be built or "
+               "loaded ({why}). Results are the same; each traced call costs a few microseconds more. "
+               "`mpinb doctor` checks the build; MPINB_TRACER=python silences this.",
+               ranks=format_ranks(sorted(slow), word=True), why=why)
 
 
 class Pool:
@@ -193,7 +206,16 @@ class Pool:
         self._generation, self._settled = 0, True
         self._places = {}
         _live_pools.add(self)
+        note = slow_tracer_note(supervisor.ranks_info)
+        if note:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
         return self
+
+    @property
+    def tracer(self) -> str:
+        """``"C"`` when the ranks trace MPI calls in C (mpinb/rank/_tracer.c), else why not."""
+        tracers = {info["tracer"] for info in self._running().ranks_info.values()}
+        return tracers.pop() if len(tracers) == 1 else "; ".join(sorted(tracers))
 
     def stop(self) -> None:
         """Stop every rank and the controller; no process is left behind."""
@@ -483,6 +505,7 @@ class Pool:
                 # the pool's own account: the controller's queue lags the replies, and it does not
                 # see the runs that rank 0 relays to the others
                 "state": "busy" if rank in self._busy else "idle",
+                "tracer": info["tracer"],
                 "cpu_percent": None,
                 "memory_mb": None,
             }

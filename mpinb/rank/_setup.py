@@ -105,4 +105,11 @@ def hello() -> Hello:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "mpi": MPI.Get_library_version().strip().splitlines()[0],
+        "tracer": _tracer_in_use(),
     }
+
+
+def _tracer_in_use() -> str:
+    from . import _native
+
+    return "C" if _native.tracer is not None else f"python: {_native.reason}"
