@@ -630,7 +630,11 @@ def test_the_main_threads_stack_is_read_from_the_last_dump(tmp_path):
                 f'  File "{execute}", line 66 in _exec_cell\n')
     path.write_text("main thread 0x7f0000000001\n" + old_dump + new_dump)
     offset = len("main thread 0x7f0000000001\n" + old_dump)
-    frames = _parse(str(path), offset)
+    frames, whole = _parse(str(path), offset)
+    assert not whole, "a dump paused before the engine's outermost frame is not the whole stack yet"
+    with open(path, "a") as dump:
+        dump.write('  File "/x/mpinb/rank/_engine_main.py", line 160 in <module>\n')
+    assert _parse(str(path), offset)[1], "its outermost frame written: whole"
     assert [(f["file"], f["line"]) for f in frames] == [("/site-packages/numpy/linalg/_linalg.py", 1700),
                                                         ("<mpi-cell-7>", 3), (execute, 66)]
     cell = "a = np.ones((9, 9))\nb = a + 1\nu, s, v = np.linalg.svd(b)\n"
@@ -639,7 +643,7 @@ def test_the_main_threads_stack_is_read_from_the_last_dump(tmp_path):
     assert where(frames[1:], {}) == "at line 3"  # a cell whose code the pool no longer has
     assert where(None, {}) == "its stack could not be read"
     assert where(frames[2:], {}) == "in _exec_cell of _execute.py"  # no user frame at all
-    assert _parse(str(path), path.stat().st_size) is None  # nothing written since
+    assert _parse(str(path), path.stat().st_size) == (None, False)  # nothing written since
 
 
 def test_a_stop_that_comes_when_a_data_move_is_done_still_stops_the_cell():

@@ -59,10 +59,17 @@ def read_stacks(folder: str, ranks: list[int], ask, timeout: float = 1.0) -> dic
             grew = now_size > (sizes[rank] or 0)
             size_before, since = last_seen.get(rank, (-1, 0.0))
             if grew and now_size == size_before and time.monotonic() - since > 0.05:
-                stacks[rank] = _parse(stack_file(folder, rank), sizes[rank] or 0)
-                waiting.remove(rank)
+                # A rank descheduled halfway through its dump (crowded cores) pauses too: only a
+                # main thread's stack that reaches its outermost frame is the whole of it.
+                frames, whole = _parse(stack_file(folder, rank), sizes[rank] or 0)
+                if whole:
+                    stacks[rank] = frames
+                    waiting.remove(rank)
             elif now_size != size_before:
                 last_seen[rank] = (now_size, time.monotonic())
+    for rank in waiting:  # what was written by the deadline, if anything
+        if (_size(stack_file(folder, rank)) or 0) > (sizes[rank] or 0):
+            stacks[rank] = _parse(stack_file(folder, rank), sizes[rank] or 0)[0]
     return stacks
 
 
@@ -73,18 +80,20 @@ def _size(path: str) -> int | None:
         return None
 
 
-def _parse(path: str, offset: int) -> list[Frame] | None:
-    """The main thread's frames of the dump written after ``offset``."""
+def _parse(path: str, offset: int) -> tuple[list[Frame] | None, bool]:
+    """The main thread's frames of the dump written after ``offset``, and whether they are all
+    there: faulthandler writes the outermost frame (the engine's ``<module>``) last, or ``...``
+    where it cut a deep stack short."""
     try:
         with open(path, errors="replace") as handle:
             first = handle.readline()
             handle.seek(offset)
             text = handle.read()
     except OSError:
-        return None
+        return None, False
     main = first.split()[-1] if first.startswith("main thread ") else None
     frames: list[Frame] = []
-    in_main = False
+    in_main = whole = False
     for line in text.splitlines():
         header = _HEADER.match(line)
         if header:
@@ -96,7 +105,10 @@ def _parse(path: str, offset: int) -> list[Frame] | None:
         if in_main and frame:
             frames.append({"file": frame.group(1), "line": int(frame.group(2)), "function": frame.group(3),
                            "code": ""})
-    return frames or None
+            whole = frame.group(3) == "<module>"
+        elif in_main and line.strip() == "...":
+            whole = True
+    return frames or None, whole
 
 
 def where(frames: list[Frame] | None, sources: dict[str, str]) -> str:
