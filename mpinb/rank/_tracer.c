@@ -433,6 +433,42 @@ static PyObject *comm_id(PyObject *self) {
     return PyObject_GetAttr(self, str_mpinb_id);  /* a new reference, or NULL */
 }
 
+/* Record the call if recording is on; takes over ``code``. -1 (an exception set) on failure. */
+static int record_call(Method *m, PyObject *self, int kind, int peer, int tag, long long sent, long long received,
+                       double start, PyObject *code, int where) {
+    if (!recording) {
+        Py_XDECREF(code);
+        return 0;
+    }
+    PyObject *cid = comm_id(self);
+    if (cid == NULL) {
+        Py_XDECREF(code);
+        return -1;
+    }
+    record(m->name, kind, cid, peer, tag, sent, received, start, now(), code, where);
+    Py_DECREF(cid);
+    return 0;
+}
+
+/* A posted send's end: done at once, or finished by Python's polled wait (``keep`` and the view
+ * then stay alive with the request); recorded. Releases the view and takes over ``code``. */
+static PyObject *end_send(Method *m, PyObject *self, MPI_Request request, int done, Py_buffer *view, PyObject *keep,
+                          int dest, int tag, long long size, double start, PyObject *code, int where) {
+    MPI_Status status;
+    if (done) {
+        PyBuffer_Release(view);
+    } else {
+        PyObject *held = hold(view, keep);
+        if (held == NULL || finish_in_python(m, self, request, &status, held, "send", dest, tag, size, code,
+                                             where, 0) < 0) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+    }
+    if (record_call(m, self, SEND, dest, tag, size, 0, start, code, where) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static const char *const SEND_KEYWORDS[] = {"buf", "dest", "tag", NULL};
 static const char *const RECV_KEYWORDS[] = {"buf", "source", "tag", "status", NULL};
 static const char *const SENDOBJ_KEYWORDS[] = {"obj", "dest", "tag", NULL};
@@ -474,28 +510,7 @@ static PyObject *do_send(Method *m, PyObject *const *args, size_t nargsf, PyObje
         Py_XDECREF(code);
         return raise_mpi(ierr), NULL;
     }
-    if (done) {
-        PyBuffer_Release(&view);
-    } else {
-        PyObject *held = hold(&view, NULL);
-        if (held == NULL || finish_in_python(m, self, request, &status, held, "send", dest, tag, size, code,
-                                             where, 0) < 0) {
-            Py_XDECREF(code);
-            return NULL;
-        }
-    }
-    if (recording) {
-        PyObject *cid = comm_id(self);
-        if (cid == NULL) {
-            Py_XDECREF(code);
-            return NULL;
-        }
-        record(m->name, SEND, cid, dest, tag, size, 0, start, now(), code, where);
-        Py_DECREF(cid);
-    } else {
-        Py_XDECREF(code);
-    }
-    Py_RETURN_NONE;
+    return end_send(m, self, request, done, &view, NULL, dest, tag, size, start, code, where);
 }
 
 /* Bytes a status says arrived, also beyond an int's range (MPI_Get_elements_x is MPI 3.0). */
@@ -543,18 +558,10 @@ static int user_status(PyObject *obj, MPI_Status **out) {
 static PyObject *finish_receive(Method *m, PyObject *self, MPI_Status *status, MPI_Status *theirs, double start,
                                 PyObject *code, int where, PyObject *result) {
     if (theirs != NULL) *theirs = *status;
-    if (recording) {
-        PyObject *cid = comm_id(self);
-        if (cid == NULL) {
-            Py_XDECREF(code);
-            Py_XDECREF(result);
-            return NULL;
-        }
-        record(m->name, RECV, cid, status->MPI_SOURCE, status->MPI_TAG, 0, received_bytes(status), start, now(),
-               code, where);
-        Py_DECREF(cid);
-    } else {
-        Py_XDECREF(code);
+    if (record_call(m, self, RECV, status->MPI_SOURCE, status->MPI_TAG, 0, received_bytes(status), start, code,
+                    where) < 0) {
+        Py_XDECREF(result);
+        return NULL;
     }
     if (result == NULL) Py_RETURN_NONE;
     return result;
@@ -649,30 +656,9 @@ static PyObject *do_send_object(Method *m, PyObject *const *args, size_t nargsf,
         Py_XDECREF(code);
         return raise_mpi(ierr), NULL;
     }
-    if (done) {
-        PyBuffer_Release(&view);
-        Py_DECREF(data);
-    } else {
-        PyObject *held = hold(&view, data);
-        Py_DECREF(data);
-        if (held == NULL || finish_in_python(m, self, request, &status, held, "send", dest, tag, size, code,
-                                             where, 0) < 0) {
-            Py_XDECREF(code);
-            return NULL;
-        }
-    }
-    if (recording) {
-        PyObject *cid = comm_id(self);
-        if (cid == NULL) {
-            Py_XDECREF(code);
-            return NULL;
-        }
-        record(m->name, SEND, cid, dest, tag, size, 0, start, now(), code, where);
-        Py_DECREF(cid);
-    } else {
-        Py_XDECREF(code);
-    }
-    Py_RETURN_NONE;
+    PyObject *sent = end_send(m, self, request, done, &view, data, dest, tag, size, start, code, where);
+    Py_DECREF(data);
+    return sent;
 }
 
 static PyObject *do_recv_object(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -828,13 +814,7 @@ static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, 
         sent = nbytes(first);
         received = nbytes(argument(args + 1, nargs - 1, kwnames, 1, "recvbuf"));
     }
-    PyObject *cid = comm_id(self);
-    if (cid == NULL) {
-        Py_XDECREF(code);
-        return NULL;
-    }
-    record(m->name, COLLECTIVE, cid, root, -1, sent, received, start, now(), code, where);
-    Py_DECREF(cid);
+    if (record_call(m, self, COLLECTIVE, root, -1, sent, received, start, code, where) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
