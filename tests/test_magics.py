@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from IPython.core.error import UsageError
@@ -325,3 +326,69 @@ def test_compare_names_runs_in_notebook_variables_and_says_what_is_wrong(ip):
         ip.run_line_magic("mpi", "compare text fast")
     with pytest.raises(UsageError, match="%mpi compare \\[A B\\]"):
         ip.run_line_magic("mpi", "compare one")
+
+
+# -- the pool that %load_ext starts in the background (notebook/_prestart.py) ----------------------
+
+def _saved_notebook(tmp_path, *cells: str) -> str:
+    import nbformat
+
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    return str(path)
+
+
+@pytest.fixture
+def no_shared_pool(ip, monkeypatch):
+    """The magics without the shared pool, as a fresh notebook has them; put back afterwards."""
+    monkeypatch.delenv("MPINB_RANKS", raising=False)
+    monkeypatch.delenv("MPINB_PRESTART", raising=False)
+    shared = session.current_pool()
+    session.use_pool(None)
+    yield
+    session.stop_pool()
+    session.use_pool(shared)
+
+
+def test_load_ext_starts_the_size_the_notebook_asks_for_in_the_background(ip, no_shared_pool, tmp_path,
+                                                                          monkeypatch, capsys):
+    notebook = _saved_notebook(tmp_path, "%load_ext mpinb", "# a lesson", "%%mpi -n 3\nprint(rank)")
+    monkeypatch.setenv("JPY_SESSION_NAME", notebook)
+    began = time.monotonic()
+    session.prestart()  # what %load_ext mpinb does (the shell has loaded the extension already)
+    assert time.monotonic() - began < 1.0, "the start goes on in the background"
+    assert session.current_pool() is None and session._prestarted is not None
+    session._prestarted.take()  # the user reads the notebook meanwhile
+    began = time.monotonic()
+    ip.run_cell_magic("mpi", "", "x = rank")
+    assert time.monotonic() - began < 2.0, "the first cell finds its pool ready"
+    assert "started 3 MPI ranks in the background at %load_ext" in capsys.readouterr().out
+    assert session.current_pool().size == 3
+    assert ip.run_line_magic("mpi", "pull x") == [0, 1, 2]
+
+
+def test_a_cell_of_another_size_stops_the_background_pool_and_starts_its_own(ip, no_shared_pool, tmp_path,
+                                                                             monkeypatch, capsys):
+    monkeypatch.setenv("JPY_SESSION_NAME", _saved_notebook(tmp_path, "%%mpi -n 3\npass"))
+    session.prestart()
+    background = session._prestarted.pool
+    ip.run_cell_magic("mpi", "-n 2", "pass")
+    assert "started 2 MPI ranks in" in capsys.readouterr().out
+    assert session.current_pool().size == 2 and not background.running
+    # %mpi start with settings of its own does not take a background pool either
+    session.stop_pool()
+    session.prestart()
+    background = session._prestarted.pool
+    ip.run_line_magic("mpi", "start -n 3 --start-timeout 30")
+    assert session.current_pool() is not background and not background.running
+
+
+def test_no_background_start_when_the_size_cannot_be_told_or_it_is_turned_off(ip, no_shared_pool, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    session.prestart()  # a console: nothing says what will be asked
+    assert session._prestarted is None
+    monkeypatch.setenv("JPY_SESSION_NAME", _saved_notebook(tmp_path, "%%mpi -n 2\npass"))
+    monkeypatch.setenv("MPINB_PRESTART", "0")
+    session.prestart()
+    assert session._prestarted is None

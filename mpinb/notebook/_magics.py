@@ -417,8 +417,10 @@ def _set_autompi(shell, enable: bool) -> None:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext mpinb``."""
+    """``%load_ext mpinb``: the magics, and the notebook's pool starting in the background
+    (``MPINB_PRESTART=0`` turns that off; see ``_prestart``)."""
     ipython.register_magics(MPIMagics)
+    session.prestart()
 
 
 def unload_ipython_extension(ipython) -> None:

@@ -16,6 +16,7 @@ from ..pool._result import RunResult
 from ..trace import Trace
 from ..widgets import RankOutput, TraceView
 from ..widgets.progress import ProgressBars
+from ._prestart import Prestart, start_in_background
 
 if TYPE_CHECKING:
     from ._dap import RankDebugAdapter
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 OUTPUT_MODES = ("tabs", "merged", "rank0")
 VIEW_MODES = ("compact", "full", "none")
 _pool: Pool | None = None
+_prestarted: Prestart | None = None  # started by %load_ext in the background, until a cell takes it
 _last_trace: Trace | None = None
 _previous_trace: Trace | None = None  # the one before the last: what `%mpi compare` compares it with
 
@@ -40,7 +42,42 @@ def current_pool() -> Pool | None:
 def use_pool(pool: Pool | None) -> None:
     """Make the magics run on ``pool`` (a started :class:`Pool`), or on none."""
     global _pool
+    discard_prestarted()
     _pool = pool
+
+
+def prestart() -> None:
+    """Start the notebook's pool in the background (``%load_ext mpinb``; see ``_prestart``)."""
+    global _prestarted
+    if current_pool() is None and _prestarted is None:
+        _prestarted = start_in_background()
+
+
+def discard_prestarted() -> None:
+    """Stop the pool that %load_ext started, if no cell took it."""
+    global _prestarted
+    prestarted, _prestarted = _prestarted, None
+    if prestarted is not None:
+        prestarted.discard()
+
+
+def _take_prestarted(n: int | None, options: dict) -> Pool | None:
+    """The background pool, if it is what is asked for (size, default settings) and started;
+    otherwise it is stopped, and the caller starts its own (which says what went wrong)."""
+    global _prestarted
+    prestarted, _prestarted = _prestarted, None
+    if prestarted is None:
+        return None
+    if any(value not in (None, "mpi", [], (), {}) for value in options.values()) or (
+            n is not None and n != prestarted.pool.size):
+        prestarted.discard()
+        return None
+    try:
+        pool = prestarted.take()
+    except Exception:  # noqa: BLE001 - the start in the cell raises it again, where the user sees it
+        prestarted.discard()
+        return None
+    return pool if pool.running else None
 
 
 def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
@@ -48,8 +85,15 @@ def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     global _pool
     if current_pool() is not None:
         raise PoolError(already_running())
-    pool = Pool(n, **options)
     began = time.perf_counter()
+    pool = _take_prestarted(n, options)
+    if pool is not None:
+        _pool = pool
+        if not quiet:
+            print(f"mpinb: started {pool.size} MPI ranks in the background at %load_ext (this cell waited "
+                  f"{time.perf_counter() - began:.1f} s for them; `%mpi stop` ends them)")
+        return pool
+    pool = Pool(n, **options)
     pool.start()
     _pool = pool
     if not quiet:
@@ -82,6 +126,7 @@ def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_ar
 def stop_pool() -> bool:
     """Stop the notebook's pool; ``False`` if there was none."""
     global _pool
+    discard_prestarted()
     pool, _pool = _pool, None
     if pool is None or not pool.running:
         return False
