@@ -23,6 +23,7 @@ from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 
 from .aborts import recovery_rows
 from .control import control_rows
+from .first_cell import first_cell_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
 from .peer import stop_ipyparallel
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress",
-                                           "recovery"],
+                                           "recovery", "first-cell"],
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
@@ -229,11 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
                 "scale": scale_rows, "data": data_rows, "control": control_rows,
-                "progress": progress_rows, "recovery": lambda: recovery_rows(n)}[args.only]()
+                "progress": progress_rows, "recovery": lambda: recovery_rows(n),
+                "first-cell": lambda: first_cell_rows(n)}[args.only]()
         _report(rows, args.json, yardsticks)
         return 0
 
     rows = mpi_rows(n, args.repeats)
+    rows += first_cell_rows(n)
     rows += tracing_cost()
     rows += output_rows()
     rows += scale_rows()
