@@ -340,9 +340,10 @@ def _report(rows: list[tuple], json_path: str | None, yardsticks: dict) -> None:
           f" mpiexec; traced throughput at least {THROUGHPUT_SHARE} of untraced; a traced call adds at most\n"
           f" {ADDED_FLOOR_US} us or {ADDED_SHARE:.0%} of the untraced call, whichever is larger)")
     if json_path:
+        where = machine()
         with open(json_path, "w") as handle:
             json.dump([dict(zip(("figure", "mpinb", "peer", "peer_value", "ratio"), r), calibration=yardsticks,
-                            machine=machine()) for r in rows], handle, indent=2)
+                            machine=where) for r in rows], handle, indent=2)
 
 
 if __name__ == "__main__":

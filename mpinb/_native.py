@@ -72,19 +72,6 @@ def _filename(key: str) -> str:
     return f"_tracer-{key}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
-def find() -> str | None:
-    """The built tracer for this environment, if there is one (nothing is built)."""
-    compiler = mpicc()
-    if compiler is None or not os.path.exists(compiler):
-        return None
-    name = _filename(_key(compiler))
-    for folder in _folders():
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            return path
-    return None
-
-
 def build() -> str:
     """The path of the tracer built for this environment's MPI, building it if needed (once: a
     file lock keeps many ranks starting together from building side by side). Raises

@@ -8,6 +8,7 @@ every file of mpinb. Without a fresh copy (pytest run on its own), the tutorial 
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 
@@ -75,10 +76,15 @@ def executed_by_the_docs_build(path: str) -> str | None:
     copy = os.path.join(EXECUTED, os.path.relpath(path, ROOT))
     if not os.path.exists(copy):
         return None
-    sources = [path] + [os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(ROOT, "mpinb"))
-                        for name in names if not name.endswith(".pyc")]
-    newest = max(os.path.getmtime(source) for source in sources)
+    newest = max(os.path.getmtime(path), _newest_in_mpinb())
     return copy if os.path.getmtime(copy) > newest else None
+
+
+@functools.cache
+def _newest_in_mpinb() -> float:
+    """When mpinb's code last changed (once per test session, not once per tutorial)."""
+    return max(os.path.getmtime(os.path.join(folder, name)) for folder, _, names in os.walk(os.path.join(ROOT, "mpinb"))
+               for name in names if not name.endswith(".pyc"))
 
 
 def test_every_tutorial_has_a_chinese_twin_with_the_same_code():

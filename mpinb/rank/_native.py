@@ -19,6 +19,7 @@ from mpi4py import MPI
 from .. import _native
 from . import _objects, _p2p
 from ._calls import _describer
+from ._collectives import _ROOTS_UPPER
 from ._waiting import POLLS_BEFORE_YIELD, SPIN_SECONDS
 from ._waiting import wait_request as _poll_request
 
@@ -73,10 +74,6 @@ def receive_object(comm, op: str, source: int, tag: int, status, file: str, line
     return _p2p._receive_object(comm, None, source, tag, status, describe)
 
 
-_POLLED_COLLECTIVES = {"Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2, "Allgather": None,
-                       "Allgatherv": None, "Alltoall": None, "Alltoallv": None, "Alltoallw": None, "Reduce": 3,
-                       "Allreduce": None, "Reduce_scatter": None, "Reduce_scatter_block": None, "Scan": None,
-                       "Exscan": None}
 _POINT_TO_POINT = {"Send": "send", "Recv": "recv", "send": "send_object", "recv": "recv_object"}
 
 
@@ -86,7 +83,9 @@ def methods(python: dict) -> dict:
     if module is None:
         return {}
     made = {name: module.method(name, action, python[name]) for name, action in _POINT_TO_POINT.items()}
-    for name, root_at in _POLLED_COLLECTIVES.items():
+    for name, root_at in _ROOTS_UPPER.items():
+        if name == "Barrier":  # a barrier is the members' agreement itself, in Python
+            continue
         polled = getattr(MPI.Intracomm, "I" + name[0].lower() + name[1:])
         made[name] = module.method(name, "collective", python[name], polled=polled,
                                    root_at=-1 if root_at is None else root_at, bcast=name == "Bcast")

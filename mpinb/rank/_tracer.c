@@ -469,6 +469,21 @@ static PyObject *end_send(Method *m, PyObject *self, MPI_Request request, int do
     Py_RETURN_NONE;
 }
 
+/* What a Send or Recv needs once its arguments are read: the buffer as mpi4py takes it, the
+ * communicator and the caller. 1: go on; 0: mpi4py's own parsing must decide (nothing held);
+ * -1: an error is set. */
+static int begin_buffer_call(PyObject *self, PyObject *buf, int writable, Py_buffer *view, MPI_Datatype *type,
+                             int *count, MPI_Comm **comm, PyObject **code, int *where) {
+    if (!simple_buffer(buf, writable, view, type, count)) return 0;
+    *comm = PyMPIComm_Get(self);
+    if (*comm == NULL) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *code = caller(where);
+    return 1;
+}
+
 static const char *const SEND_KEYWORDS[] = {"buf", "dest", "tag", NULL};
 static const char *const RECV_KEYWORDS[] = {"buf", "source", "tag", "status", NULL};
 static const char *const SENDOBJ_KEYWORDS[] = {"obj", "dest", "tag", NULL};
@@ -485,15 +500,11 @@ static PyObject *do_send(Method *m, PyObject *const *args, size_t nargsf, PyObje
         return call_fallback(m, args, nargsf, kwnames);
     Py_buffer view;
     MPI_Datatype type;
-    int count;
-    if (!simple_buffer(buf, 0, &view, &type, &count)) return call_fallback(m, args, nargsf, kwnames);
-    MPI_Comm *comm = PyMPIComm_Get(self);
-    if (comm == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    int where;
-    PyObject *code = caller(&where);
+    int count, where;
+    MPI_Comm *comm;
+    PyObject *code;
+    int go = begin_buffer_call(self, buf, 0, &view, &type, &count, &comm, &code, &where);
+    if (go <= 0) return go < 0 ? NULL : call_fallback(m, args, nargsf, kwnames);
     long long size = view.len;
     double start = now();
     MPI_Request request;
@@ -581,15 +592,11 @@ static PyObject *do_recv(Method *m, PyObject *const *args, size_t nargsf, PyObje
         return call_fallback(m, args, nargsf, kwnames);
     Py_buffer view;
     MPI_Datatype type;
-    int count;
-    if (!simple_buffer(buf, 1, &view, &type, &count)) return call_fallback(m, args, nargsf, kwnames);
-    MPI_Comm *comm = PyMPIComm_Get(self);
-    if (comm == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    int where;
-    PyObject *code = caller(&where);
+    int count, where;
+    MPI_Comm *comm;
+    PyObject *code;
+    int go = begin_buffer_call(self, buf, 1, &view, &type, &count, &comm, &code, &where);
+    if (go <= 0) return go < 0 ? NULL : call_fallback(m, args, nargsf, kwnames);
     double start = now();
     long long size = view.len;
     MPI_Request request;
