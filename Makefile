@@ -37,12 +37,14 @@ lab: install
 
 # What the tests need from Debian: chromium for the browser tests (Playwright cannot download
 # browsers here), slurm-wlm for real Slurm clusters, and libpmix-dev, the PMIx library that
-# Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks. One apt-get update, once.
+# Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks, and gcc, which the MPI
+# wheels' mpicc calls to build the C tracer (mpinb/_native.py). One apt-get update, once.
 system:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm"; \
 	ls /usr/lib/*/libpmix.so >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
