@@ -9,10 +9,12 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 from conftest import pool_processes, wait_until_gone
 
 import mpinb
+from mpinb.pool._launch import find_mpiexec, mpi_family
 
 
 @pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError)])
@@ -170,11 +172,41 @@ def test_mpi_shared_memory_is_removed_with_the_pool_also_after_a_rank_died():
     assert _mpi_segments() == before, "and the restarted pool's"
 
 
-def test_dead_notebook_process_takes_its_pool_with_it(tmp_path, existing_pools):
+@pytest.mark.skipif(mpi_family(find_mpiexec()) != "MPICH", reason="MPICH's hydra_pmi_proxy writes the topology file")
+def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
+    """hydra_pmi_proxy removes its topology file in /tmp only when mpiexec stops it in order."""
+    from conftest import launcher_files
+
+    before = launcher_files()
+    with mpinb.Pool(2) as pool:
+        written = launcher_files() - before
+        assert written, "the proxy wrote the host's topology for the ranks"
+        mpiexec = psutil.Process(pool.status()[0]["pid"]).parent().parent()  # rank, proxy, mpiexec
+        assert mpiexec.name().startswith("mpiexec")
+        mpiexec.kill()
+        mpiexec.wait(10)
+        with pytest.raises(mpinb.RankDiedError):
+            pool.run("comm.Barrier()", timeout=30)
+        assert pool.run("rank").value == {0: 0, 1: 1}, "the pool was started again"
+        assert not written & launcher_files(), "the killed launcher's file is gone with its pool"
+    assert launcher_files() == before, "and the restarted pool's"
+
+
+@pytest.mark.parametrize("launcher", ["running", "killed first"])
+def test_dead_notebook_process_takes_its_pool_with_it(launcher, existing_pools):
+    from conftest import launcher_files
+
+    before = launcher_files()
     owner = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
-            import mpinb, sys
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import contextlib, mpinb, psutil, sys
             pool = mpinb.Pool(2).start()
+            if {launcher == "killed first"}:
+                for proc in psutil.Process().children(recursive=True):
+                    with contextlib.suppress(psutil.Error):  # (a child may end meanwhile)
+                        if proc.name().startswith("mpiexec"):
+                            proc.kill()
+                            proc.wait(10)
             print("ready", flush=True)
             sys.stdin.read()
         """)],
@@ -186,6 +218,10 @@ def test_dead_notebook_process_takes_its_pool_with_it(tmp_path, existing_pools):
         owner.send_signal(signal.SIGKILL)
         owner.wait(5)
         assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"
+        deadline = time.monotonic() + 5
+        while launcher_files() - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not launcher_files() - before, "nor the launcher's temporary files"
     finally:
         owner.kill()
 

@@ -57,7 +57,7 @@ from ._launch import (
 from ._pending import Pending, Relayed
 from ._processes import RankProcesses
 from ._runfolder import make_run_folder
-from ._watchdog import in_sessions, mpi_segments, remove_segments
+from ._watchdog import LAUNCHER_FILE_PREFIXES, in_sessions, mpi_files, remove_files
 
 _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
@@ -101,7 +101,7 @@ class Supervisor:
         self._next_remote_check = 0.0
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
-        self._mpi_segments: set[tuple[str, int]] = set()  # MPI's shared memory of local ranks
+        self._mpi_files: set[tuple[str, int]] = set()  # see mpi_files
         self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
         self._rank0_request: Any = None  # the last run that rank 0 took part in
         self.relayed_runs = itertools.count(1)  # numbers of relayed runs (see mpinb.rank._relay.relay)
@@ -301,7 +301,11 @@ class Supervisor:
         if self.deaths is not None:
             self.deaths.watch_pids({rank: info["pid"] for rank, info in self.ranks_info.items()})
         if self.settings.on_this_host:
-            self._mpi_segments |= mpi_segments(info["pid"] for info in self.ranks_info.values())
+            launched = [proc.pid for proc in self._launched_processes()]
+            self._mpi_files |= mpi_files([*launched, *(info["pid"] for info in self.ranks_info.values())])
+            # the launcher's files, also when the launcher is gone before the notebook dies
+            launcher_files = [path for path, _ in self._mpi_files if path.startswith(LAUNCHER_FILE_PREFIXES)]
+            self._tell_watchdog("sweep", *launcher_files)
         self._open_relay()
 
     def _check_hosts(self) -> None:
@@ -592,7 +596,7 @@ class Supervisor:
             self.deaths.close()
             self.deaths = None
         if self.settings.on_this_host:
-            self._mpi_segments |= mpi_segments(info["pid"] for info in self.ranks_info.values())
+            self._mpi_files |= mpi_files(info["pid"] for info in self.ranks_info.values())
             # a pull broken off by an interrupt may have left a rank's file behind
             remove_written_by([info["pid"] for info in self.ranks_info.values()])
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
@@ -616,8 +620,8 @@ class Supervisor:
                 pass
         _still_running(alive, timeout=1.0)
         self._processes.clear()
-        remove_segments(self._mpi_segments)
-        self._mpi_segments = set()
+        remove_files(self._mpi_files)
+        self._mpi_files = set()
         for folder in (self.stacks_folder, self.run_folder):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)

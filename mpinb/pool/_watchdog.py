@@ -31,7 +31,7 @@ def stop_trees(pids: set[int], grace: float = 1.0) -> set[tuple[str, int]]:
             continue
     known = {proc.pid for proc in procs}
     procs += [proc for proc in in_sessions(pids) if proc.pid not in known]
-    segments = mpi_segments(proc.pid for proc in procs)
+    segments = mpi_files(proc.pid for proc in procs)
     for proc in procs:
         try:
             proc.terminate()
@@ -77,7 +77,7 @@ def main() -> None:
             watched.clear()
             swept.clear()
     segments = stop_trees({pid for pid, started in watched.items() if start_time(pid) in (started, None)})
-    remove_segments(segments)
+    remove_files(segments)
     sweep(swept)
 
 
@@ -98,10 +98,14 @@ def sweep(patterns: list[str]) -> None:
 # a pool never call (see rank/_engine_main.py): without this, every stopped pool left its
 # segments in /dev/shm (5 GB after a day of tests here).
 MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")
+# MPICH's hydra_pmi_proxy writes the host's topology to this file (the path is compiled in, no
+# TMPDIR) and removes it only when it exits in order: a killed mpiexec left one per pool.
+LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
 
 
-def mpi_segments(pids: Iterable[int]) -> set[tuple[str, int]]:
-    """The MPI shared-memory files (path, inode) that these processes have mapped."""
+def mpi_files(pids: Iterable[int]) -> set[tuple[str, int]]:
+    """The MPI shared-memory files that these processes have mapped and the launchers' temporary
+    files that they hold open, as (path, inode)."""
     found = set()
     for pid in pids:
         try:
@@ -112,10 +116,27 @@ def mpi_segments(pids: Iterable[int]) -> set[tuple[str, int]]:
                         found.add((fields[5], int(fields[4])))
         except (OSError, ValueError):
             continue
+        found |= _open_launcher_files(pid)
     return found
 
 
-def remove_segments(segments: set[tuple[str, int]]) -> None:
+def _open_launcher_files(pid: int) -> set[tuple[str, int]]:
+    found: set[tuple[str, int]] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if path.startswith(LAUNCHER_FILE_PREFIXES):
+                found.add((path, os.stat(f"/proc/{pid}/fd/{fd}").st_ino))
+        except OSError:
+            continue
+    return found
+
+
+def remove_files(segments: set[tuple[str, int]]) -> None:
     """Unlink each file that is still the one the ranks mapped (a new job may reuse its name)."""
     for path, inode in segments:
         try:
