@@ -6,7 +6,7 @@ from typing import Any
 
 import psutil
 
-from mpinb.pool._watchdog import mpi_segments, remove_segments
+from mpinb.pool._watchdog import mpi_files, remove_files
 
 
 def stop_ipyparallel(cluster: Any, client: Any = None) -> None:
@@ -19,10 +19,10 @@ def stop_ipyparallel(cluster: Any, client: Any = None) -> None:
             client.close()
         cluster.stop_cluster_sync()
     finally:
-        remove_segments(segments)
+        remove_files(segments)
 
 
 def peer_segments() -> set[tuple[str, int]]:
     """The MPI shared-memory files mapped by this process's descendants (taken before a timed stop,
     so that the stop's figure does not include reading /proc)."""
-    return mpi_segments(child.pid for child in psutil.Process().children(recursive=True))
+    return mpi_files(child.pid for child in psutil.Process().children(recursive=True))

@@ -20,7 +20,7 @@ import psutil
 
 import mpinb
 from mpinb.pool import find_mpiexec
-from mpinb.pool._watchdog import remove_segments
+from mpinb.pool._watchdog import remove_files
 
 from .peer import peer_segments, stop_ipyparallel
 
@@ -96,7 +96,7 @@ def ipyparallel_figures(n: int, cells: int) -> dict:
         began = time.perf_counter()
         cluster.stop_cluster_sync()
         figures["stop_s"] = time.perf_counter() - began
-        remove_segments(segments)
+        remove_files(segments)
     return figures
 
 

@@ -684,3 +684,15 @@ def test_the_background_start_reads_the_size_the_notebooks_first_pool_cell_asks_
     assert planned_size(str(tmp_path / "broken.ipynb")) is None
     monkeypatch.setenv("MPINB_RANKS", "5")  # a default set on purpose (the MPI kernel's spec)
     assert planned_size(str(tmp_path / "missing.ipynb")) == 5
+
+
+def test_the_bench_starts():
+    """``make test`` runs no benchmark: this keeps a rename in mpinb from breaking ``make bench``
+    (``--help`` imports every module that the bench's runs use)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    usage = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=root, capture_output=True, text=True,
+                           timeout=60)
+    assert usage.returncode == 0 and "--only" in usage.stdout, usage.stderr
