@@ -78,6 +78,17 @@ def test_mismatched_buffer_collectives_are_diagnosed(pool4):
     assert "waits for rank 0, which will not take part" in str(info.value)
 
 
+def test_a_large_collective_that_one_rank_misses_is_diagnosed(pool4):
+    """A large buffer collective is polled as a small one is (its nonblocking form)."""
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run("big = np.ones(2**17)\nif rank < 3:\n    comm.Allreduce(MPI.IN_PLACE, big)\n", timeout=3)
+    diagnosis = info.value.diagnosis
+    assert diagnosis.finished == [3]
+    assert {r: (s["op"], s["line"]) for r, s in diagnosis.waits.items()} == {r: ("Allreduce", 3) for r in range(3)}
+    again = pool4.run("big = np.ones(2**17)\ncomm.Allreduce(MPI.IN_PLACE, big)\nbig[0]")
+    assert again.value == {r: 4.0 for r in range(4)}
+
+
 def test_receive_that_nobody_sends_to(pool4):
     with pytest.raises(mpinb.DeadlockError) as info:
         pool4.run("if rank == 0:\n    comm.recv(source=1, tag=5)\n", timeout=3)

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .._events import CART_DERIVING_CALLS, COLLECTIVE
 from . import _objects as _objects_module
-from ._calls import _NAN, _arg, _describer, _Intracomm, _named, _nbytes, _revoked, _where
+from ._calls import _NAN, _abandon, _arg, _describer, _Intracomm, _named, _nbytes, _poll, _Request, _revoked, _where
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
 from ._waiting import wait_request as _poll_request
@@ -39,12 +39,16 @@ def _exchange(comm, name: str, where, root) -> _objects_module.Exchange:
     aborted run (a new epoch) every count starts again: the aborted call may have been counted
     by some members only, and what it left in flight carries the old epoch's tags.
     """
+    return _objects_module.Exchange(_shadow(comm), _next_tag(comm), _describer(comm, name, "collective", None,
+                                                                               -1, 0, where, root))
+
+
+def _next_tag(comm) -> int:
+    """The tag of mpinb's next collective call on ``comm`` (see ``_exchange``)."""
     if comm._mpinb_epoch != _epoch:
         comm._mpinb_epoch, comm._mpinb_calls = _epoch, 0
     comm._mpinb_calls += 1
-    tag = 1 + (_epoch * _CALLS_PER_EPOCH + comm._mpinb_calls) % _TAG_SPAN
-    return _objects_module.Exchange(_shadow(comm), tag, _describer(comm, name, "collective", None, -1, 0,
-                                                                   where, root))
+    return 1 + (_epoch * _CALLS_PER_EPOCH + comm._mpinb_calls) % _TAG_SPAN
 
 
 _epoch = 0
@@ -60,31 +64,60 @@ def set_epoch(generation: int) -> None:
 
 
 def _agree(comm, name: str, root: int, where) -> None:
-    """Every member says which collective it is in; a mismatch raises on all of them.
+    """Every member learns that every other is in the same collective (same root), or a
+    mismatch raises on all of them: before each lowercase collective, barrier and call that
+    makes a communicator. Once it returns, no member waits for one that never comes, so the
+    agreement is also all that a barrier needs.
 
-    Point-to-point messages, polled: a member that never comes leaves nothing pending that
-    could derail a later call. The agreement also synchronizes, so it is all a barrier needs.
+    A dissemination over tagged, polled messages on the shadow (round k: to rank + 2**k, from
+    rank - 2**k), each saying the sender's call and whether it has seen another: after
+    ceil(log2 size) rounds every member has heard from every other, through a chain in which
+    any difference was noticed and passed on. Messages, not a collective: what an aborted run
+    leaves pending carries its epoch's tag and pairs with nothing later (see ``_exchange``).
     """
-    if comm.Get_size() == 1:
+    size = comm.Get_size()
+    if size == 1:
         return
-    code = _AGREED_CALLS.index(_AGREED_AS.get(name, name))
-    with _exchange(comm, name, where, root) as exchange:
-        records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
-    calls = [tuple(array("i", record)) for record in records]
-    if len(set(calls)) > 1:
-        groups: dict[str, list[int]] = {}
-        members = _rec.comms.get(comm._mpinb_id) or list(range(len(calls)))
-        for r, (op, op_root) in enumerate(calls):
-            label = _AGREED_CALLS[op] + (f" (root {op_root})" if op_root >= 0 else "")
-            groups.setdefault(label, []).append(members[r])
-        said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
-        raise RuntimeError(
-            f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
-            "communicator must call the same collectives, with the same root, in the same order."
-        )
+    shadow, tag = _shadow(comm), _next_tag(comm)
+    rank = shadow.Get_rank()
+    describe = _describer(comm, name, "collective", None, -1, 0, where, None if root < 0 else root)
+    mine = array("i", [_AGREED_CALLS.index(_AGREED_AS.get(name, name)), root, 0])
+    heard = array("i", mine)
+    distance = 1
+    while distance < size:
+        pair = [_Intracomm.Irecv(shadow, [heard, MPI.INT], (rank - distance) % size, tag),
+                _Intracomm.Isend(shadow, [mine, MPI.INT], (rank + distance) % size, tag)]
+        try:
+            _poll(lambda: _Request.Testall(pair), describe)  # noqa: B023 - called within this round
+        except BaseException:
+            _abandon(pair[0], cancel=True)
+            _abandon(pair[1])
+            raise
+        if heard[2] or heard[:2] != mine[:2]:
+            mine = array("i", [mine[0], mine[1], 1])
+        distance *= 2
+    if mine[2]:  # every member knows: all of them say who called what
+        with _exchange(comm, name, where, root) as exchange:
+            records = _objects_module.allgather_bytes(exchange, mine[:2].tobytes())
+        calls = [array("i", record) for record in records]
+        raise _mismatched(comm, [(_AGREED_CALLS[op], op_root) for op, op_root in calls])
 
 
 _AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
+
+
+def _mismatched(comm, calls: list[tuple[str, int]]) -> RuntimeError:
+    """The error for members that called different collectives: ``calls[r]`` is member r's (name, root)."""
+    groups: dict[str, list[int]] = {}
+    members = _rec.comms.get(comm._mpinb_id) or list(range(len(calls)))
+    for r, (op, op_root) in enumerate(calls):
+        label = op + (f" (root {op_root})" if op_root >= 0 else "")
+        groups.setdefault(label, []).append(members[r])
+    said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
+    return RuntimeError(
+        f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
+        "communicator must call the same collectives, with the same root, in the same order."
+    )
 
 
 def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
