@@ -219,6 +219,13 @@ ZH: dict[str, str] = {
         "{why}，因此进程池已用 {n} 个新的 rank 重新启动：各 rank 的变量全部丢失；进程池的设置保持不变。",
     "{why}. The pool could not start again ({error}); `%mpi restart` (Pool.restart()) tries again.":
         "{why}。进程池无法再次启动（{error}）；`%mpi restart`（Pool.restart()）会再试一次。",
+    "{why}, so the pool was restarted: {n} fresh ranks are starting in the background, and the next run waits "
+    "for them; every rank's variables are lost; the pool's settings are kept.":
+        "{why}，因此进程池已重新启动：{n} 个新的 rank 正在后台启动，下一次运行会等待它们就绪；各 rank 的变量全部丢失；"
+        "进程池的设置保持不变。",
+    "the pool could not start again after the last failure ({error}); `%mpi restart` (Pool.restart()) tries "
+    "again.":
+        "上次故障之后进程池无法再次启动（{error}）；`%mpi restart`（Pool.restart()）会再试一次。",
     "MPI requests that interrupts left pending, {count} in all on {ranks}, keep their buffers allocated (so "
     "that MPI never writes to freed memory) until the pool restarts (`%mpi restart`).":
         "因中断而未完成的 MPI 请求（{ranks} 上共 {count} 个）会一直保留其缓冲区（以免 MPI 写入已释放的内存），"

@@ -192,6 +192,41 @@ def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
     assert launcher_files() == before, "and the restarted pool's"
 
 
+def test_after_a_death_the_error_comes_at_once_and_the_pool_starts_in_the_background():
+    with mpinb.Pool(2) as pool:
+        pool.run("comm.Barrier()")
+        start_s = _timed(pool.restart)
+        began = time.monotonic()
+        with pytest.raises(mpinb.RankDiedError) as info:
+            pool.run("import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()")
+        to_error = time.monotonic() - began
+        assert "2 fresh ranks are starting in the background" in str(info.value)
+        assert pool.running and pool._starting is not None, "the start goes on after the error"
+        assert to_error < start_s, f"the error took {to_error:.2f} s, a start {start_s:.2f} s"
+        assert pool.run("comm.allreduce(1)").value == {0: 2, 1: 2}, "the next run waits for it"
+        assert pool._starting is None
+
+
+def test_a_background_start_that_fails_says_so_at_the_next_run(existing_pools):
+    with mpinb.Pool(2) as pool:
+        pool.start_timeout = 0.01  # too short for any start
+        with pytest.raises(mpinb.RankDiedError):
+            pool.run("import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()")
+        with pytest.raises(mpinb.PoolStartError, match=r"(?s)could not start again after the last failure .*"
+                                                       r"`%mpi restart` \(Pool.restart\(\)\) tries again"):
+            pool.run("rank")
+        assert not pool.running
+        pool.start_timeout = None
+        assert pool.restart().run("rank").value == {0: 0, 1: 1}
+    assert not wait_until_gone(10, existing_pools)
+
+
+def _timed(call) -> float:
+    began = time.monotonic()
+    call()
+    return time.monotonic() - began
+
+
 @pytest.mark.parametrize("launcher", ["running", "killed first"])
 def test_dead_notebook_process_takes_its_pool_with_it(launcher, existing_pools):
     from conftest import launcher_files

@@ -10,6 +10,7 @@ import atexit
 import itertools
 import os
 import socket
+import threading
 import time
 import warnings
 import weakref
@@ -152,6 +153,8 @@ class Pool:
         self.stop_timeout = stop_timeout
         self.last_result: RunResult | None = None
         self._supervisor: Supervisor | None = None
+        self._starting: threading.Thread | None = None  # a restart in the background (see _restart_because)
+        self._start_failure: BaseException | None = None
         self._generation = 0  # the fresh worlds the ranks have moved to since they started
         self._settled = True  # every rank idle in the same world; False while a run is out
         self._busy: frozenset[int] = frozenset()  # the ranks of the run in flight (see status)
@@ -181,7 +184,8 @@ class Pool:
 
     @property
     def running(self) -> bool:
-        return self._supervisor is not None
+        """Whether the pool is up, or starting again in the background after a failure."""
+        return self._supervisor is not None or self._starting is not None
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
@@ -197,8 +201,12 @@ class Pool:
 
     def start(self) -> Pool:
         """Launch the controller and the ranks; return once every rank answers."""
-        if self.running:
+        self._wait_for_start()
+        if self._supervisor is not None:
             return self
+        return self._launch()
+
+    def _launch(self) -> Pool:
         start_timeout = self.start_timeout or self.settings.default_start_timeout
         supervisor = Supervisor(self.settings, start_timeout, self.controller_ip)
         supervisor.start()
@@ -219,6 +227,10 @@ class Pool:
 
     def stop(self) -> None:
         """Stop every rank and the controller; no process is left behind."""
+        try:
+            self._wait_for_start()
+        except PoolStartError:
+            pass  # nothing started that needs stopping
         _live_pools.discard(self)
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
@@ -323,7 +335,8 @@ class Pool:
 
     def interrupt(self, targets: Targets = None) -> None:
         """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""
-        self._running().interrupt(self.ranks(targets))
+        if self._supervisor is not None:  # (ranks still starting run nothing to interrupt)
+            self._supervisor.interrupt(self.ranks(targets))
 
     def _execute(self, call: Callable, args: tuple, targets: Targets, timeout: float | None,
                  on_output: OutputCallback | None, check: bool, debug: Debug = None) -> RunResult:
@@ -395,7 +408,20 @@ class Pool:
         return self._restart_because(explain(supervisor, recovery, sources, stop_timeout))
 
     def _restart_because(self, why: str) -> str:
-        """Start fresh processes; the sentence that says so (why, what was lost, what was kept)."""
+        """Start fresh processes; the sentence that says so (why, what was lost, what was kept).
+
+        A pool on this host starts again in the background: the error is in the notebook at once,
+        and the next run waits for what is left of the start, usually nothing by the time the
+        user has read it. Across hosts or under a batch system the start may fail (a host still
+        down, a job waiting for nodes), which the error must say: the start is waited for.
+        """
+        if self.settings.on_this_host:
+            self.stop()  # at once: the dead pool's processes and files are gone when the error shows
+            self._starting = threading.Thread(target=self._start_in_background, name="mpinb-restart", daemon=True)
+            self._starting.start()
+            return say("{why}, so the pool was restarted: {n} fresh ranks are starting in the background, and the "
+                       "next run waits for them; every rank's variables are lost; the pool's settings are kept.",
+                       why=why, n=self.size)
         try:
             self.restart()
         except PoolStartError as err:  # a batch job may wait for nodes, a host may still be down
@@ -404,11 +430,31 @@ class Pool:
         return say("{why}, so the pool was restarted with {n} fresh ranks: every rank's variables are lost; "
                    "the pool's settings are kept.", why=why, n=self.size)
 
+    def _start_in_background(self) -> None:
+        try:
+            self._launch()
+        except BaseException as err:  # noqa: BLE001 - raised by the next use (see _wait_for_start)
+            self._start_failure = err
+
+    def _wait_for_start(self) -> None:
+        """Wait for a restart in the background (interruptible); raise why it failed, if it did."""
+        starting = self._starting
+        if starting is None:
+            return
+        while starting.is_alive():
+            starting.join(0.05)
+        self._starting = None
+        failure, self._start_failure = self._start_failure, None
+        if failure is not None:
+            raise PoolStartError(say("the pool could not start again after the last failure ({error}); "
+                                     "`%mpi restart` (Pool.restart()) tries again.", error=failure)) from failure
+
     def _after_death(self, supervisor: Supervisor, dead: list[int], during: str = "running the cell") -> RankDiedError:
         """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
         return RankDiedError(self._restart_because(supervisor.why_dead(dead, during)))
 
     def _running(self) -> Supervisor:
+        self._wait_for_start()
         if self._supervisor is None:
             raise PoolError("the pool is not running: call pool.start() (or `%mpi start`) first")
         return self._supervisor
