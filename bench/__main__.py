@@ -23,6 +23,7 @@ from mpinb.pool._launch import launch_environment, mpi_family, plain_mpiexec
 
 from .aborts import recovery_rows
 from .control import control_rows
+from .death import death_rows
 from .first_cell import first_cell_rows
 from .hang import ipyparallel_figures, mpinb_figures
 from .output import output_traffic
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress",
-                                           "recovery", "first-cell"],
+                                           "recovery", "first-cell", "death"],
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
                 "scale": scale_rows, "data": data_rows, "control": control_rows,
                 "progress": progress_rows, "recovery": lambda: recovery_rows(n),
-                "first-cell": lambda: first_cell_rows(n)}[args.only]()
+                "first-cell": lambda: first_cell_rows(n), "death": lambda: death_rows(n)}[args.only]()
         _report(rows, args.json, yardsticks)
         return 0
 
@@ -261,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("ring deadlock: ranks left running after stop", 0, "ipyparallel stop_cluster",
                  theirs["ranks_left_after_stop"], float("inf") if theirs["ranks_left_after_stop"] else 1.0))
     rows += recovery_rows(n)
+    rows += death_rows(n)
 
     crowd = 4 * (os.cpu_count() or 1)
     alone = under_mpiexec(OVERSUBSCRIBED, 1)

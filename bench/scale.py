@@ -148,6 +148,7 @@ def _data_rows(n: int, split_mb: int, each_mb: int, count: int) -> list[tuple]:
         ours["push"] = _median_s(lambda: pool.push({"data": each}), count)
         ours["scatter"] = _median_s(lambda: pool.scatter("part", split), count)
         ours["gather"] = _median_s(lambda: pool.gather("part"), count)
+        ours["first pull"] = _once_s(lambda: pool.pull("data"))  # cold: nothing of it mapped here yet
         ours["pull"] = _median_s(lambda: pool.pull("data"), count)
     cluster = ipp.Cluster(engines="mpi", n=n, log_level=40)
     cluster.config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
@@ -162,10 +163,19 @@ def _data_rows(n: int, split_mb: int, each_mb: int, count: int) -> list[tuple]:
         theirs["push"] = _median_s(lambda: view.push({"data": each}, block=True), count)
         theirs["scatter"] = _median_s(lambda: view.scatter("part", split, block=True), count)
         theirs["gather"] = _median_s(lambda: view.gather("part", block=True), count)
+        theirs["first pull"] = _once_s(lambda: view.pull("data", block=True))
         theirs["pull"] = _median_s(lambda: view.pull("data", block=True), count)
     finally:
         stop_ipyparallel(cluster, client)
     sizes = {"push": f"{each_mb} MB to each", "pull": f"{each_mb} MB from each",
-             "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
-    return [(f"{op} of {sizes[op]}, {n} ranks (s)", ours[op], "ipyparallel view." + op, theirs[op],
-             theirs[op] / ours[op]) for op in ("push", "scatter", "gather", "pull")]
+             "first pull": f"{each_mb} MB from each", "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
+    when = {"first pull": ", first call (cold)", "pull": ", later calls (warm median)"}
+    return [(f"{op.split()[-1]} of {sizes[op]}, {n} ranks{when.get(op, '')} (s)", ours[op],
+             "ipyparallel view." + op.split()[-1], theirs[op], theirs[op] / ours[op])
+            for op in ("push", "scatter", "gather", "first pull", "pull")]
+
+
+def _once_s(run: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began
