@@ -87,7 +87,7 @@ def existing_pools() -> set[int]:
 def no_process_outlives_the_tests():
     """What the tests start, they stop; pools that ran before them (the user's own) are left be."""
     before = {p.pid for p in pool_processes()}
-    launcher_files_before = launcher_files()
+    mpi_files_before = mpi_temporary_files()
     yield
     session.stop_pool()
     # (a value of the ranks' mpinb.rank or mpi4py objects unpickled here would start MPI in the
@@ -97,28 +97,26 @@ def no_process_outlives_the_tests():
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )
-    left_files = launcher_files() - launcher_files_before - held_open()
-    assert not left_files, "the MPI launchers' temporary files outlived the tests: " + ", ".join(sorted(left_files))
+    left_files = mpi_temporary_files() - mpi_files_before - in_use()
+    assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
 
 
-def launcher_files() -> set[str]:
-    """The temporary files that MPI launchers write (see mpinb.pool._watchdog)."""
+def mpi_temporary_files() -> set[str]:
+    """MPI's shared-memory segments and the temporary files its launchers write (see
+    mpinb.pool._watchdog)."""
     import glob
 
-    from mpinb.pool._watchdog import LAUNCHER_FILE_PREFIXES
+    from mpinb.pool._watchdog import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
-    return {path for prefix in LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
+    prefixes = LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES
+    return {path for prefix in prefixes for path in glob.glob(prefix + "*")}
 
 
-def held_open() -> set[str]:
-    """Every file that a process on this machine has open (another pool's launcher is not ours)."""
-    paths = set()
-    for proc in psutil.process_iter():
-        try:
-            paths |= {item.path for item in proc.open_files()}
-        except psutil.Error:
-            continue
-    return paths
+def in_use() -> set[str]:
+    """Every such file that a process on this machine has open or mapped (another pool's is not ours)."""
+    from mpinb.pool._watchdog import mpi_files
+
+    return {path for path, _ in mpi_files(proc.pid for proc in psutil.process_iter())}
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from conftest import pool_processes, wait_until_gone
+from conftest import mpi_temporary_files, pool_processes, wait_until_gone
 
 import mpinb
 from mpinb.pool._launch import find_mpiexec, mpi_family
@@ -149,37 +149,27 @@ def test_start_stop_restart_leave_nothing_behind(existing_pools):
     assert not pool.running
 
 
-def _mpi_segments() -> set[str]:
-    import glob
-
-    from mpinb.pool._watchdog import MPI_SEGMENT_PREFIXES
-
-    return {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}
-
-
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="MPI's shared memory lives in /dev/shm on Linux")
 def test_mpi_shared_memory_is_removed_with_the_pool_also_after_a_rank_died():
     """Ranks exit without MPI_Finalize, which would have removed MPI's shared-memory files."""
-    before = _mpi_segments()
+    before = mpi_temporary_files()
     with mpinb.Pool(3) as pool:
         pool.run("import numpy as np\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
-        used = _mpi_segments() - before
+        used = mpi_temporary_files() - before
         assert used, "the ranks share memory through files in /dev/shm"
         with pytest.raises(mpinb.RankDiedError):
             pool.run("import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()")
-        assert not used & _mpi_segments(), "the dead pool's files are gone"
+        assert not used & mpi_temporary_files(), "the dead pool's files are gone"
         pool.run("import numpy as np\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
-    assert _mpi_segments() == before, "and the restarted pool's"
+    assert mpi_temporary_files() == before, "and the restarted pool's"
 
 
 @pytest.mark.skipif(mpi_family(find_mpiexec()) != "MPICH", reason="MPICH's hydra_pmi_proxy writes the topology file")
 def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
     """hydra_pmi_proxy removes its topology file in /tmp only when mpiexec stops it in order."""
-    from conftest import launcher_files
-
-    before = launcher_files()
+    before = mpi_temporary_files()
     with mpinb.Pool(2) as pool:
-        written = launcher_files() - before
+        written = mpi_temporary_files() - before
         assert written, "the proxy wrote the host's topology for the ranks"
         mpiexec = psutil.Process(pool.status()[0]["pid"]).parent().parent()  # rank, proxy, mpiexec
         assert mpiexec.name().startswith("mpiexec")
@@ -188,8 +178,8 @@ def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
         with pytest.raises(mpinb.RankDiedError):
             pool.run("comm.Barrier()", timeout=30)
         assert pool.run("rank").value == {0: 0, 1: 1}, "the pool was started again"
-        assert not written & launcher_files(), "the killed launcher's file is gone with its pool"
-    assert launcher_files() == before, "and the restarted pool's"
+        assert not written & mpi_temporary_files(), "the killed launcher's file is gone with its pool"
+    assert mpi_temporary_files() == before, "and the restarted pool's"
 
 
 def test_after_a_death_the_error_comes_at_once_and_the_pool_starts_in_the_background():
@@ -229,9 +219,7 @@ def _timed(call) -> float:
 
 @pytest.mark.parametrize("launcher", ["running", "killed first"])
 def test_dead_notebook_process_takes_its_pool_with_it(launcher, existing_pools):
-    from conftest import launcher_files
-
-    before = launcher_files()
+    before = mpi_temporary_files()
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import contextlib, mpinb, psutil, sys
@@ -254,9 +242,9 @@ def test_dead_notebook_process_takes_its_pool_with_it(launcher, existing_pools):
         owner.wait(5)
         assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"
         deadline = time.monotonic() + 5
-        while launcher_files() - before and time.monotonic() < deadline:
+        while mpi_temporary_files() - before and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not launcher_files() - before, "nor the launcher's temporary files"
+        assert not mpi_temporary_files() - before, "nor MPI's files"
     finally:
         owner.kill()
 

@@ -57,7 +57,7 @@ from ._launch import (
 from ._pending import Pending, Relayed
 from ._processes import RankProcesses
 from ._runfolder import make_run_folder
-from ._watchdog import LAUNCHER_FILE_PREFIXES, in_sessions, mpi_files, remove_files
+from ._watchdog import in_sessions, mpi_files, remove_files
 
 _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
@@ -303,9 +303,8 @@ class Supervisor:
         if self.settings.on_this_host:
             launched = [proc.pid for proc in self._launched_processes()]
             self._mpi_files |= mpi_files([*launched, *(info["pid"] for info in self.ranks_info.values())])
-            # the launcher's files, also when the launcher is gone before the notebook dies
-            launcher_files = [path for path, _ in self._mpi_files if path.startswith(LAUNCHER_FILE_PREFIXES)]
-            self._tell_watchdog("sweep", *launcher_files)
+            # also when the ranks and their launcher are gone before the notebook dies
+            self._tell_watchdog("sweep", *sorted(path for path, _ in self._mpi_files))
         self._open_relay()
 
     def _check_hosts(self) -> None:
