@@ -18,8 +18,9 @@ import ipyparallel as ipp
 
 import mpinb
 from mpinb.pool import find_mpiexec
+from mpinb.pool._watchdog import remove_files
 
-from .peer import stop_ipyparallel
+from .peer import peer_segments, stop_ipyparallel
 
 READING_S = 3.0  # the user reads the error before running the next cell
 DIE = "import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()"
@@ -53,11 +54,14 @@ def _mpinb_death(pool: mpinb.Pool, reading_s: float) -> tuple[float, float]:
 def _ipyparallel_death(n: int, reading_s: float) -> tuple[float, float]:
     """The same with ipyparallel (its error: a CompositeError of the engines' errors); the next cell
     stops the cluster, starts a new one and runs there."""
+    segments: set[tuple[str, int]] = set()  # MPI's shared memory: the dead job's ranks map it no more
+
     def start() -> tuple:
         cluster = ipp.Cluster(engines="mpi", n=n, log_level=40)
         cluster.config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
         client = cluster.start_and_connect_sync()
         client[:].execute("from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nrank = comm.rank", block=True)
+        segments.update(peer_segments())
         return cluster, client
 
     running = [start()]
@@ -73,6 +77,7 @@ def _ipyparallel_death(n: int, reading_s: float) -> tuple[float, float]:
     finally:
         for cluster, client in running:
             stop_ipyparallel(cluster, client)
+        remove_files(segments)
 
 
 def death_rows(n: int = 4, repeats: int = 3) -> list[tuple]:

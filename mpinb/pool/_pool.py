@@ -417,6 +417,7 @@ class Pool:
         """
         if self.settings.on_this_host:
             self.stop()  # at once: the dead pool's processes and files are gone when the error shows
+            _live_pools.add(self)  # at exit, stopped once its start is over
             self._starting = threading.Thread(target=self._start_in_background, name="mpinb-restart", daemon=True)
             self._starting.start()
             return say("{why}, so the pool was restarted: {n} fresh ranks are starting in the background, and the "
