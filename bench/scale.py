@@ -168,11 +168,11 @@ def _data_rows(n: int, split_mb: int, each_mb: int, count: int) -> list[tuple]:
     finally:
         stop_ipyparallel(cluster, client)
     sizes = {"push": f"{each_mb} MB to each", "pull": f"{each_mb} MB from each",
-             "first pull": f"{each_mb} MB from each", "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
-    when = {"first pull": ", first call (cold)", "pull": ", later calls (warm median)"}
-    return [(f"{op.split()[-1]} of {sizes[op]}, {n} ranks{when.get(op, '')} (s)", ours[op],
-             "ipyparallel view." + op.split()[-1], theirs[op], theirs[op] / ours[op])
-            for op in ("push", "scatter", "gather", "first pull", "pull")]
+             "scatter": f"{split_mb} MB", "gather": f"{split_mb} MB"}
+    rows = [("push", "push", ""), ("scatter", "scatter", ""), ("gather", "gather", ""),
+            ("first pull", "pull", ", first call (cold)"), ("pull", "pull", ", later calls (warm median)")]
+    return [(f"{method} of {sizes[method]}, {n} ranks{when} (s)", ours[key], "ipyparallel view." + method,
+             theirs[key], theirs[key] / ours[key]) for key, method, when in rows]
 
 
 def _once_s(run: Callable[[], object]) -> float:

@@ -57,7 +57,7 @@ from ._launch import (
 from ._pending import Pending, Relayed
 from ._processes import RankProcesses
 from ._runfolder import make_run_folder
-from ._watchdog import in_sessions, mpi_files, remove_files
+from ._watchdog import in_sessions, launcher_files, mpi_segments, remove_files
 
 _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
@@ -101,7 +101,7 @@ class Supervisor:
         self._next_remote_check = 0.0
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
-        self._mpi_files: set[tuple[str, int]] = set()  # see mpi_files
+        self._mpi_files: set[tuple[str, int]] = set()  # local ranks' MPI segments, launcher files
         self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
         self._rank0_request: Any = None  # the last run that rank 0 took part in
         self.relayed_runs = itertools.count(1)  # numbers of relayed runs (see mpinb.rank._relay.relay)
@@ -301,8 +301,9 @@ class Supervisor:
         if self.deaths is not None:
             self.deaths.watch_pids({rank: info["pid"] for rank, info in self.ranks_info.items()})
         if self.settings.on_this_host:
-            launched = [proc.pid for proc in self._launched_processes()]
-            self._mpi_files |= mpi_files([*launched, *(info["pid"] for info in self.ranks_info.values())])
+            ranks = [info["pid"] for info in self.ranks_info.values()]
+            # segments in the ranks' maps; the launcher's files open in their parents (hydra_pmi_proxy)
+            self._mpi_files |= mpi_segments(ranks) | launcher_files({_parent(pid) for pid in ranks})
             # also when the ranks and their launcher are gone before the notebook dies
             self._tell_watchdog("sweep", *sorted(path for path, _ in self._mpi_files))
         self._open_relay()
@@ -595,7 +596,7 @@ class Supervisor:
             self.deaths.close()
             self.deaths = None
         if self.settings.on_this_host:
-            self._mpi_files |= mpi_files(info["pid"] for info in self.ranks_info.values())
+            self._mpi_files |= mpi_segments(info["pid"] for info in self.ranks_info.values())
             # a pull broken off by an interrupt may have left a rank's file behind
             remove_written_by([info["pid"] for info in self.ranks_info.values()])
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
@@ -698,6 +699,14 @@ def _launcher_config_name(launcher: str) -> str:
     from ipyparallel.cluster.launcher import find_launcher_class
 
     return find_launcher_class(launcher, "engine").__name__
+
+
+def _parent(pid: int) -> int:
+    """The parent's pid (0 if the process is gone)."""
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return 0
 
 
 def _process_state(pid: int) -> str | None:

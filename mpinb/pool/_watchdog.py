@@ -106,6 +106,12 @@ LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
 def mpi_files(pids: Iterable[int]) -> set[tuple[str, int]]:
     """The MPI shared-memory files that these processes have mapped and the launchers' temporary
     files that they hold open, as (path, inode)."""
+    pids = set(pids)
+    return mpi_segments(pids) | launcher_files(pids)
+
+
+def mpi_segments(pids: Iterable[int]) -> set[tuple[str, int]]:
+    """The MPI shared-memory files (path, inode) that these processes have mapped."""
     found = set()
     for pid in pids:
         try:
@@ -116,23 +122,24 @@ def mpi_files(pids: Iterable[int]) -> set[tuple[str, int]]:
                         found.add((fields[5], int(fields[4])))
         except (OSError, ValueError):
             continue
-        found |= _open_launcher_files(pid)
     return found
 
 
-def _open_launcher_files(pid: int) -> set[tuple[str, int]]:
-    found: set[tuple[str, int]] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return found
-    for fd in fds:
+def launcher_files(pids: Iterable[int]) -> set[tuple[str, int]]:
+    """The launchers' temporary files (path, inode) that these processes hold open."""
+    found = set()
+    for pid in pids:
         try:
-            path = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if path.startswith(LAUNCHER_FILE_PREFIXES):
-                found.add((path, os.stat(f"/proc/{pid}/fd/{fd}").st_ino))
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
+        for fd in fds:
+            try:
+                path = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if path.startswith(LAUNCHER_FILE_PREFIXES):
+                    found.add((path, os.stat(f"/proc/{pid}/fd/{fd}").st_ino))
+            except OSError:
+                continue
     return found
 
 

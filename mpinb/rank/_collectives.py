@@ -94,7 +94,7 @@ def _agree(comm, name: str, root: int, where) -> None:
             _abandon(pair[1])
             raise
         if heard[2] or heard[:2] != mine[:2]:
-            mine = array("i", [mine[0], mine[1], 1])
+            mine[2] = 1  # (the round's send is complete)
         distance *= 2
     if mine[2]:  # every member knows: all of them say who called what
         with _exchange(comm, name, where, root) as exchange:
