@@ -212,6 +212,22 @@ def test_a_rank_killed_on_another_host_is_named_with_its_host_and_the_pool_resta
     assert result.value == {r: (host, 4, False) for r, host in HOSTS.items()}
 
 
+@pytest.mark.timeout(120)
+def test_a_run_sent_just_after_the_ranks_ended_names_the_death(pool):
+    """The controller lets the ended ranks' engines go a moment before the notebook has waited out
+    which of them went first: a run sent then must name the death, not fail to send."""
+    supervisor = pool._supervisor
+    rank0_engine = supervisor.engine_of[0]
+    psutil.Process(pool.status()[2]["pid"]).kill()  # on node1, as rank 0 is
+    deadline = time.monotonic() + 30
+    while rank0_engine in supervisor.client.ids and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert rank0_engine not in supervisor.client.ids, "mpiexec ended the other ranks after rank 2"
+    with pytest.raises(mpinb.RankDiedError, match=r"on node\d died"):
+        pool.run("comm.allreduce(1)", timeout=60)
+    assert pool.run("comm.allreduce(1)").value == dict.fromkeys(range(4), 4)
+
+
 @pytest.mark.timeout(240)
 def test_a_host_whose_link_goes_down_mid_cell_is_named(pool, hosts):
     """node2's cable is pulled: its ranks stop answering, which is said within seconds; the pool

@@ -347,7 +347,15 @@ class Pool:
         self._busy = frozenset(ranks)
         try:
             debugging = Debugging(Driver(debug), self._sources, self._places)
-            outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output, debugging)
+            try:
+                outcome = follow(supervisor, call, args, ranks, self.size, timeout, on_output, debugging)
+            except Exception as err:
+                # such as the controller letting a rank's engine go (its MPI job ended) since
+                # _ready looked, before the death was seen: ipyparallel refuses to send to it
+                dead = supervisor.gone()
+                if not dead:
+                    raise
+                raise self._after_death(supervisor, dead) from err
             if outcome.stopped == "died":
                 outcome.pending.forget()
                 raise self._after_death(supervisor, outcome.dead)

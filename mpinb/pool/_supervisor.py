@@ -508,13 +508,19 @@ class Supervisor:
         registered = set(self.client.ids)
         return [rank for rank in ranks if self.engine_of[rank] not in registered]
 
+    def _seen_ending(self, rank: int) -> bool:
+        return self.deaths is not None and rank in self.deaths.died
+
     def why_dead(self, dead: list[int], during: str = "running the cell") -> str:
         """``"rank 2 died: killed by signal 9 (...) while running the cell"``, or which rank
         called ``Abort``; ``during``: what the pool was doing."""
         if not self.settings.local:
             return self._why_batch_dead(dead, during)
         if self.settings.on_this_host:
-            states = {rank: _process_state(self.ranks_info[rank]["pid"]) for rank in dead if rank in self.ranks_info}
+            # (a rank whose exit the death watch saw is dying, though tearing down its memory may
+            # leave its process running for a moment)
+            states = {rank: _process_state(self.ranks_info[rank]["pid"]) for rank in dead
+                      if rank in self.ranks_info and not self._seen_ending(rank)}
             if states and all(states.values()):  # alive, yet the controller lost their heartbeat
                 return (f"{format_ranks(dead, word=True)} stopped answering while {during}, though "
                         f"{'its process is' if len(dead) == 1 else 'their processes are'} "
