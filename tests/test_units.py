@@ -17,7 +17,15 @@ from mpinb._protocol import wait_state
 from mpinb._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_text
 from mpinb._values import ReprOnly, pack, unpack
 from mpinb.pool import RankFailure, RunResult
-from mpinb.pool._hang import HangWatch, _find_cycle, death_report, describe_wait, diagnose
+from mpinb.pool._hang import (
+    HangWatch,
+    _find_cycle,
+    death_report,
+    describe_wait,
+    diagnose,
+    launcher_report,
+    peer_loss_report,
+)
 from mpinb.pool._launch import other_hosts
 from mpinb.rank._output import capped_output
 from mpinb.trace import Trace
@@ -236,6 +244,34 @@ def test_death_reports_name_the_host_of_ranks_on_several_hosts():
     assert death_report("   PID 1001 RUNNING AT node2\n   KILLED BY SIGNAL: 9", pids, [0, 1], hosts) == (
         "one of ranks 0-1 on node1, node2 died (its process ended)")
     assert death_report("", pids, [1], hosts) == "rank 1 on node2 died (its process ended)"
+
+
+# Open MPI 5's words when rank 2 on node1 was killed in a collective and rank 3 on node2 noticed first
+_PEER_LOST = """[node2:00000] *** An error occurred in Socket closed
+[node2:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,
+An MPI communication peer process has unexpectedly disconnected.  This
+usually indicates a failure in the peer process (e.g., a crash or
+  Local host: node2
+  Local PID:  7834
+  Peer host:  node1
+--------------------------------------------------------------------------
+prterun has exited due to process rank 3 with PID 0 on node node2 calling
+"abort". This may have caused other processes in the application to be
+"""
+
+
+def test_a_lost_peer_names_the_host_whose_rank_died_not_the_rank_that_noticed():
+    hosts = {0: "node1", 1: "node2", 2: "node1", 3: "node2"}
+    assert launcher_report(_PEER_LOST, {})[0] is None, "prterun's report names the rank that noticed"
+    expected = "rank 2 on node1 died (its process ended: a rank on node2 saw its connection close)"
+    assert peer_loss_report(_PEER_LOST, [1, 2], hosts) == expected, "the ranks seen gone first, on node1"
+    assert peer_loss_report(_PEER_LOST, [3], hosts) == (
+        "one of ranks 0, 2 on node1 died (its process ended: a rank on node2 saw its connection close)")
+    # (the help text that names the peer's host may be missing: the rank that noticed was on node2)
+    without_help = "\n".join(line for line in _PEER_LOST.splitlines() if line.startswith(("[", "prterun")))
+    assert peer_loss_report(without_help, [2, 3], hosts) == (
+        "rank 2 on node1 died (its process ended: a rank on node2 saw its connection close)")
+    assert peer_loss_report("prterun has exited due to process rank 3", [3], hosts) is None
 
 
 # -- hosts -----------------------------------------------------------------------------------------

@@ -280,6 +280,36 @@ def death_report(output: str, rank_of_pid: dict[int, int], dead: list[int],
     return f"{who}{where} died" + (f": {how}" if how else " (its process ended)")
 
 
+def peer_loss_report(output: str, dead: list[int], host_of: dict[int, str]) -> str | None:
+    """``"rank 2 on node1 died (its process ended: a rank on node2 saw its connection close)"``,
+    when Open MPI says a rank's connection to a peer closed, and nothing about who died.
+
+    Across hosts, a rank that dies in a collective closes its sockets, and the peer that notices
+    first aborts the job: prterun then reports that peer ("calling abort"), not the rank that died.
+    A closed connection is a process's end (a network failure closes none), and ranks on one host
+    talk through shared memory: the rank that died is on another host than the one that noticed
+    (the peer's host, when Open MPI names it), among the ranks seen gone first if any is there.
+    """
+    import re
+
+    if lost := re.search(r"peer process has unexpectedly disconnected.*?Local host:\s+(\S+).*?Peer host:\s+(\S+)",
+                         output, re.DOTALL):
+        reporter, peer = lost.groups()
+        elsewhere = {rank for rank, host in host_of.items() if host == peer}
+    elif lost := re.search(r"\[([^:\]\s]+):\d+\] \*\*\* An error occurred in Socket closed", output):
+        reporter = lost.group(1)
+        elsewhere = {rank for rank, host in host_of.items() if host != reporter}
+    else:
+        return None
+    suspects = [rank for rank in dead if rank in elsewhere] or sorted(elsewhere)
+    if not suspects:
+        return None
+    who = format_ranks(suspects, word=True)
+    hosts = ", ".join(sorted({host_of[rank] for rank in suspects}))
+    return (f"{who if len(suspects) == 1 else 'one of ' + who} on {hosts} died "
+            f"(its process ended: a rank on {reporter} saw its connection close)")
+
+
 def launcher_report(output: str, rank_of_pid: dict[int, int]) -> tuple[int | None, str]:
     """Which rank the MPI launcher says ended the job, and how (``""`` if it does not say)."""
     import re

@@ -38,7 +38,7 @@ from .._shared import remove_written_by
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
-from ._hang import death_report, launcher_report
+from ._hang import death_report, launcher_report, peer_loss_report
 from ._launch import (
     ALLOCATION_LAUNCHER,
     SLURM_MPI_TYPES,
@@ -546,9 +546,11 @@ class Supervisor:
             return f"rank {rank} called Abort({code}) while {during}, which ends every rank"
         if self.settings.on_this_host:
             return f"{death_report(output, by_pid, dead)} while {during}. MPI cannot continue without it"
-        if launcher_report(output, by_pid)[0] is None:  # a host or its network failed, or mpiexec runs on
-            return self._stopped_answering(dead, during)
         host_of = {rank: info["host"] for rank, info in self.ranks_info.items()}
+        if launcher_report(output, by_pid)[0] is None:
+            if lost := peer_loss_report(output, dead, host_of):
+                return f"{lost} while {during}. MPI cannot continue without it"
+            return self._stopped_answering(dead, during)  # a host or its network failed, or mpiexec runs on
         return (f"{death_report(output, by_pid, dead, host_of)} while {during}. "
                 "MPI cannot continue without it")
 
