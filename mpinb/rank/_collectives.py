@@ -1,6 +1,7 @@
 """Traced collectives: the members agree on the call first (in polled messages on mpinb's copy
 of the communicator), lowercase ones then run as polled messages of pickles (see ``_objects``),
-uppercase blocking ones as their nonblocking forms, polled."""
+uppercase blocking ones as their nonblocking forms, polled, except the reductions whose
+nonblocking forms would change the results (``BLOCKING_AFTER_AGREEMENT``)."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def _agree(comm, name: str, root: int, where) -> None:
     shadow, tag = _shadow(comm), _next_tag(comm)
     rank = shadow.Get_rank()
     describe = _describer(comm, name, "collective", None, -1, 0, where, None if root < 0 else root)
-    mine = array("i", [_AGREED_CALLS.index(_AGREED_AS.get(name, name)), root, 0])
+    mine = array("i", [agreed_code(name), root, 0])
     heard = array("i", mine)
     distance = 1
     while distance < size:
@@ -97,10 +98,56 @@ def _agree(comm, name: str, root: int, where) -> None:
             mine[2] = 1  # (the round's send is complete)
         distance *= 2
     if mine[2]:  # every member knows: all of them say who called what
-        with _exchange(comm, name, where, root) as exchange:
-            records = _objects_module.allgather_bytes(exchange, mine[:2].tobytes())
-        calls = [array("i", record) for record in records]
-        raise _mismatched(comm, [(_AGREED_CALLS[op], op_root) for op, op_root in calls])
+        raise disagreed(comm, name, root, where[0], where[1], mine[0])
+
+
+def rehearse(comm, blocking, *args, **kwargs) -> None:
+    """Raise what ``blocking(comm, *args, **kwargs)`` would raise before it communicates (mpi4py's
+    and MPI's checks of the arguments), without communicating: the same call on a revoked copy
+    of ``comm`` (same size, same rank), which MPI refuses only once the arguments are read. A
+    member whose call is refused so never joins the agreement: the others wait in it, where an
+    interrupt reaches them, and never in a blocking call that it will not join."""
+    if comm.Get_size() == 1:  # (no one to wait for)
+        return
+    try:
+        blocking(_rehearsal(comm), *args, **kwargs)
+    except MPI.Exception as err:
+        if err.Get_error_class() != MPI.ERR_REVOKED:
+            raise
+
+
+def _rehearsal(comm) -> MPI.Intracomm:
+    """The revoked copy of ``comm`` for ``rehearse``, made at its first need (a polled ``Idup``
+    of the shadow, which every member makes at the same reduction) and freed with the shadow."""
+    copy = comm.__dict__.get("_mpinb_rehearsal")
+    if copy is None:
+        made, request = _Intracomm.Idup(_shadow(comm))
+        _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(4)))
+        copy = comm._mpinb_rehearsal = _Intracomm(made)
+        copy.Revoke()
+    return copy
+
+
+def agreement_channel(comm) -> tuple[MPI.Intracomm, int] | None:
+    """Where the C tracer's agreement on ``comm``'s next call goes (the shadow, and the tag that
+    ``_agree`` would take), or ``None`` for a communicator of one."""
+    if comm.Get_size() == 1:
+        return None
+    return _shadow(comm), _next_tag(comm)
+
+
+def agreed_code(name: str) -> int:
+    """The number that stands for collective ``name`` in the agreement's messages."""
+    return _AGREED_CALLS.index(_AGREED_AS.get(name, name))
+
+
+def disagreed(comm, name: str, root: int, file: str, line: int, code: int) -> RuntimeError:
+    """After an agreement that found a difference (every member knows): all of them say who
+    called what, and each gets the error that names it."""
+    with _exchange(comm, name, (file, line), root) as exchange:
+        records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+    calls = [array("i", record) for record in records]
+    return _mismatched(comm, [(_AGREED_CALLS[op], op_root) for op, op_root in calls])
 
 
 _AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
@@ -149,6 +196,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
     base = getattr(_Intracomm, name)
     bcast = name.lower().lstrip("i") == "bcast"
     agreed_only = name in ("barrier", "Barrier")  # a barrier moves no data: the agreement is all
+    blocking_after_agreement = name in BLOCKING_AFTER_AGREEMENT
     polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
 
     def method(self, *args, **kwargs):
@@ -170,6 +218,11 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         elif lowercase:
             _agree(self, name, root, where)
             result, sent, received = _objects(self, name, args, kwargs, where, root)
+        elif blocking_after_agreement:
+            if not _revoked(self):
+                rehearse(self, base, *args, **kwargs)
+                _agree(self, name, root, where)
+            result = base(self, *args, **kwargs)
         elif polled is not None:
             request = polled(self, *args, **kwargs)
             _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
@@ -193,9 +246,21 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
     return _named(method, base)
 
 
+# Reductions whose nonblocking forms combine the members' values in another order than the
+# blocking ones do (Open MPI's libnbc against its tuned algorithms: a float sum of 7 values on 3
+# ranks differs in the last bits), so that polling the nonblocking form would change the
+# program's results. Traced, they run as the blocking call itself, once its arguments passed
+# MPI's checks (``rehearse``) and every member has agreed that it is there: the call then cannot
+# wait for a member that never comes. MPICH's forms give the same bits (tests/test_trace.py
+# checks both), and the polled form is faster there.
+_REDUCTIONS = frozenset({"Reduce", "Allreduce", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"})
+# (Open MPI 5, whose fault tolerance revokes a communicator: see ``rehearse``)
+_REVOCABLE = MPI.get_vendor()[0] == "Open MPI" and hasattr(MPI.Comm, "Revoke")
+BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if _REVOCABLE else frozenset()
+
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
-_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS)  # the same codes on every rank
+_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS))  # the same codes on every rank
 _ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,

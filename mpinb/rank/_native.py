@@ -18,9 +18,9 @@ from mpi4py import MPI
 
 from .. import _native
 from . import _objects, _p2p
-from ._calls import _describer
-from ._collectives import _ROOTS_UPPER
-from ._waiting import POLLS_BEFORE_YIELD, SPIN_SECONDS
+from ._calls import _describer, _poll
+from ._collectives import _ROOTS_UPPER, BLOCKING_AFTER_AGREEMENT, agreed_code, agreement_channel, disagreed, rehearse
+from ._waiting import POLLS_BEFORE_YIELD, SPIN_SECONDS, abandon
 from ._waiting import wait_request as _poll_request
 
 tracer: ModuleType | None = None
@@ -52,7 +52,8 @@ def load() -> ModuleType | None:
         return None
     module.configure(exception=MPI.Exception, pickle=MPI.pickle, typedict=MPI._typedict, finish=finish,
                      receive_object=receive_object, spin=SPIN_SECONDS, polls_before_yield=POLLS_BEFORE_YIELD,
-                     whole_on_arrival=_objects.WHOLE_ON_ARRIVAL)
+                     whole_on_arrival=_objects.WHOLE_ON_ARRIVAL, agreement=agreement_channel,
+                     finish_round=finish_round, disagreed=disagreed, rehearse=rehearse)
     tracer = module
     return module
 
@@ -65,6 +66,19 @@ def finish(request, status, held, comm, op: str, kind, peer: int, tag: int, size
     describe = _describer(comm, op, kind, None if collective else peer, tag, size, (file, line),
                           root=peer if collective and peer >= 0 else None)
     _poll_request(request, status, describe, cancel=bool(cancel), keep=held)
+
+
+def finish_round(receive, send, held, comm, op: str, root: int, file: str, line: int) -> None:
+    """A round of a C agreement still pending after its spin: polled from here, as
+    ``_collectives._agree`` polls its rounds; ``held`` keeps both messages if it is broken off."""
+    pair = [receive, send]
+    describe = _describer(comm, op, "collective", None, -1, 0, (file, line), root=root if root >= 0 else None)
+    try:
+        _poll(lambda: MPI.Request.Testall(pair), describe)
+    except BaseException:
+        abandon(receive, True, held)
+        abandon(send, False, held)
+        raise
 
 
 def receive_object(comm, op: str, source: int, tag: int, status, file: str, line: int):
@@ -87,7 +101,10 @@ def methods(python: dict) -> dict:
         if name == "Barrier":  # a barrier is the members' agreement itself, in Python
             continue
         polled = getattr(MPI.Intracomm, "I" + name[0].lower() + name[1:])
+        blocking = name in BLOCKING_AFTER_AGREEMENT
         made[name] = module.method(name, "collective", python[name], polled=polled,
-                                   root_at=-1 if root_at is None else root_at, bcast=name == "Bcast")
+                                   root_at=-1 if root_at is None else root_at, bcast=name == "Bcast",
+                                   blocking=getattr(MPI.Intracomm, name) if blocking else None,
+                                   agreed_code=agreed_code(name) if blocking else -1)
     return made
 

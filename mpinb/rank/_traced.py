@@ -156,6 +156,9 @@ class _TwinMixin:
         shadow, self._mpinb_shadow = self._mpinb_shadow, None
         if shadow is not None:
             shadow.Free()
+        rehearsal = self.__dict__.pop("_mpinb_rehearsal", None)  # see _collectives.rehearse
+        if rehearsal is not None:
+            rehearsal.Free()
         _id_of_handle.pop(self.handle, None)
         _rec.forget(self.__dict__.get("_mpinb_id"))
 

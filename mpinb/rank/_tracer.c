@@ -159,6 +159,10 @@ static PyObject *pickle_loads = NULL;
 static PyObject *typedict = NULL;        /* MPI._typedict: buffer format -> Datatype */
 static PyObject *finish = NULL;          /* _native.finish(request, status, held, comm, op, ...) */
 static PyObject *receive_object = NULL;  /* _native.receive_object(comm, op, source, tag, status, ...) */
+static PyObject *agreement = NULL;       /* _collectives.agreement_channel(comm) -> (shadow, tag) or None */
+static PyObject *finish_round = NULL;    /* _native.finish_round(receive, send, held, comm, op, root, ...) */
+static PyObject *disagreed = NULL;       /* _collectives.disagreed(comm, op, root, file, line, code) */
+static PyObject *rehearse = NULL;        /* _collectives.rehearse(comm, blocking, *args, **kwargs) */
 static PyObject *str_mpinb_id = NULL;
 static double spin_seconds = 0.01;
 static int polls_before_yield = 32;
@@ -307,6 +311,28 @@ static int settle(MPI_Request *request, MPI_Status *status, int *ierr) {
     return flag;
 }
 
+/* settle() for the two requests of one round of an agreement. */
+static int settle_pair(MPI_Request *pair, int *ierr) {
+    int flag = 0;
+    *ierr = MPI_Testall(2, pair, &flag, MPI_STATUSES_IGNORE);
+    if (*ierr != MPI_SUCCESS) return -1;
+    if (flag) return 1;
+    Py_BEGIN_ALLOW_THREADS
+    double began = now();
+    int polls = 0;
+    while (1) {
+        *ierr = MPI_Testall(2, pair, &flag, MPI_STATUSES_IGNORE);
+        if (flag || *ierr != MPI_SUCCESS) break;
+        if (++polls % polls_before_yield == 0) {
+            sched_yield();
+            if (now() - began >= spin_seconds) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (*ierr != MPI_SUCCESS) return -1;
+    return flag;
+}
+
 static int probe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *ierr) {
     int flag = 0;
     *ierr = MPI_Improbe(source, tag, comm, &flag, message, status);
@@ -335,6 +361,8 @@ typedef struct {
     PyObject *name;       /* "Send" */
     PyObject *fallback;   /* the Python tracer's method: every form this path does not take */
     PyObject *polled;     /* for collectives: mpi4py's nonblocking method ("Iallreduce") */
+    PyObject *blocking;   /* or its blocking one, called once the members agree (see agree) */
+    int agreed_code;      /* the call's number in the agreement (_collectives.agreed_code) */
     PyObject *doc;
     int action;
     int root_at;          /* collectives: the root's position, or -1 */
@@ -770,6 +798,89 @@ static long long nbytes(PyObject *spec) {
     return size;
 }
 
+/* The members' agreement that each is in this call, with this root: _collectives._agree's, in C.
+ * The same messages, tags and rounds, so a member that takes the Python path agrees with one on
+ * this one. A round still pending after the spin is waited for by Python (interruptible, and
+ * described to the notebook); a difference found is said by Python. 0, or -1 with an error. */
+static int agree(Method *m, PyObject *self, int root, PyObject *code, int where) {
+    PyObject *channel = PyObject_CallOneArg(agreement, self);
+    if (channel == NULL || channel == Py_None) {
+        Py_XDECREF(channel);
+        return channel == NULL ? -1 : 0;
+    }
+    MPI_Comm *shadow = PyMPIComm_Get(PyTuple_GET_ITEM(channel, 0));
+    int tag = (int)PyLong_AsLong(PyTuple_GET_ITEM(channel, 1));
+    /* the two messages live in a Python object: an abandoned round keeps them (see _waiting.abandon) */
+    PyObject *held = PyByteArray_FromStringAndSize(NULL, 6 * sizeof(int));
+    if (shadow == NULL || PyErr_Occurred() || held == NULL) {
+        Py_XDECREF(held);
+        Py_DECREF(channel);
+        return -1;
+    }
+    int *mine = (int *)PyByteArray_AS_STRING(held), *heard = mine + 3;
+    mine[0] = m->agreed_code;
+    mine[1] = root;
+    mine[2] = 0;
+    int rank = 0, size = 1, result = 0, ierr = MPI_SUCCESS;
+    MPI_Comm_rank(*shadow, &rank);
+    MPI_Comm_size(*shadow, &size);
+    for (int distance = 1; distance < size && result == 0; distance *= 2) {
+        MPI_Request pair[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        ierr = MPI_Irecv(heard, 3, MPI_INT, ((rank - distance) % size + size) % size, tag, *shadow, &pair[0]);
+        if (ierr == MPI_SUCCESS) ierr = MPI_Isend(mine, 3, MPI_INT, (rank + distance) % size, tag, *shadow, &pair[1]);
+        int done = ierr == MPI_SUCCESS ? settle_pair(pair, &ierr) : -1;
+        if (done < 0) {
+            raise_mpi(ierr);
+            result = -1;
+        } else if (done == 0) {
+            PyObject *file = file_of(code);
+            PyObject *receive = PyMPIRequest_New(pair[0]), *send = PyMPIRequest_New(pair[1]);
+            PyObject *finished = file == NULL || receive == NULL || send == NULL ? NULL
+                : PyObject_CallFunction(finish_round, "OOOOOiOi", receive, send, held, self, m->name, root,
+                                        file, line_of(code, where));
+            result = finished == NULL ? -1 : 0;
+            Py_XDECREF(finished);
+            Py_XDECREF(receive);
+            Py_XDECREF(send);
+            Py_XDECREF(file);
+        }
+        if (result == 0 && (heard[2] || heard[0] != mine[0] || heard[1] != mine[1]))
+            mine[2] = 1;  /* (the round's send is complete) */
+    }
+    if (result == 0 && mine[2]) {  /* every member knows: Python says who called what */
+        PyObject *file = file_of(code);
+        PyObject *error = file == NULL ? NULL
+            : PyObject_CallFunction(disagreed, "OOiOii", self, m->name, root, file, line_of(code, where),
+                                    m->agreed_code);
+        if (error != NULL) PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_XDECREF(error);
+        Py_XDECREF(file);
+        result = -1;
+    }
+    Py_DECREF(held);
+    Py_DECREF(channel);
+    return result;
+}
+
+static PyObject *collective_done(Method *m, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames, int root, double start, PyObject *code, int where);
+
+/* _collectives.rehearse(self, blocking, *args, **kwargs): 0, or -1 with the error the call gives. */
+static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *stack[18];
+    if (total > 16) {
+        PyErr_SetString(PyExc_TypeError, "too many arguments");
+        return -1;
+    }
+    stack[0] = args[0];
+    stack[1] = m->blocking;
+    memcpy(stack + 2, args + 1, (size_t)(total - 1) * sizeof(PyObject *));
+    PyObject *done = PyObject_Vectorcall(rehearse, stack, (size_t)(nargs + 1), kwnames);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
 static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *self = args[0];
@@ -779,6 +890,19 @@ static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, 
     int where;
     PyObject *code = caller(&where);
     double start = now();
+    if (m->blocking != Py_None) {  /* the call itself (mpi4py parses, and releases the GIL in it) */
+        if (is_revoked(self) == 0 && (rehearsed(m, args, nargsf, kwnames) < 0 || agree(m, self, root, code, where) < 0)) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+        PyObject *returned = PyObject_Vectorcall(m->blocking, args, nargsf, kwnames);
+        if (returned == NULL) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+        Py_DECREF(returned);
+        return collective_done(m, self, args, nargs, kwnames, root, start, code, where);
+    }
     PyObject *request_obj = PyObject_Vectorcall(m->polled, args, nargsf, kwnames);  /* mpi4py parses, posts */
     if (request_obj == NULL) {
         Py_XDECREF(code);
@@ -803,6 +927,12 @@ static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, 
         if (done == -1) raise_mpi(ierr);
         return NULL;
     }
+    return collective_done(m, self, args, nargs, kwnames, root, start, code, where);
+}
+
+/* A collective's end: recorded, if recording is on (takes ``code``'s reference). */
+static PyObject *collective_done(Method *m, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames, int root, double start, PyObject *code, int where) {
     if (!recording) {
         Py_XDECREF(code);
         Py_RETURN_NONE;
@@ -851,6 +981,7 @@ static void Method_dealloc(Method *self) {
     Py_XDECREF(self->name);
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->polled);
+    Py_XDECREF(self->blocking);
     Py_XDECREF(self->doc);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -900,12 +1031,13 @@ static PyTypeObject MethodType = {
 static const char *const ACTIONS[] = {"send", "recv", "send_object", "recv_object", "collective", NULL};
 
 static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"name", "action", "fallback", "polled", "root_at", "bcast", NULL};
-    PyObject *name, *fallback, *polled = Py_None;
+    static char *keywords[] = {"name", "action", "fallback", "polled", "root_at", "bcast", "blocking",
+                               "agreed_code", NULL};
+    PyObject *name, *fallback, *polled = Py_None, *blocking = Py_None;
     const char *action;
-    int root_at = -1, bcast = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UsO|Oip", keywords, &name, &action, &fallback, &polled,
-                                     &root_at, &bcast))
+    int root_at = -1, bcast = 0, agreed_code = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UsO|OipOi", keywords, &name, &action, &fallback, &polled,
+                                     &root_at, &bcast, &blocking, &agreed_code))
         return NULL;
     int which = -1;
     for (int i = 0; ACTIONS[i]; i++)
@@ -922,6 +1054,9 @@ static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs)
     m->fallback = fallback;
     Py_INCREF(polled);
     m->polled = polled;
+    Py_INCREF(blocking);
+    m->blocking = blocking;
+    m->agreed_code = agreed_code;
     m->doc = PyObject_GetAttrString(fallback, "__doc__");
     if (m->doc == NULL) PyErr_Clear();
     m->action = which;
@@ -932,11 +1067,14 @@ static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs)
 
 static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"exception", "pickle", "typedict", "finish", "receive_object", "spin",
-                               "polls_before_yield", "whole_on_arrival", NULL};
-    PyObject *exception, *pickle, *types, *finish_fn, *receive_fn;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOdii", keywords, &exception, &pickle, &PyDict_Type,
+                               "polls_before_yield", "whole_on_arrival", "agreement", "finish_round",
+                               "disagreed", "rehearse", NULL};
+    PyObject *exception, *pickle, *types, *finish_fn, *receive_fn, *agreement_fn, *round_fn, *disagreed_fn,
+        *rehearse_fn;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOdiiOOOO", keywords, &exception, &pickle, &PyDict_Type,
                                      &types, &finish_fn, &receive_fn, &spin_seconds,
-                                     &polls_before_yield, &whole_on_arrival))
+                                     &polls_before_yield, &whole_on_arrival, &agreement_fn, &round_fn,
+                                     &disagreed_fn, &rehearse_fn))
         return NULL;
     if (polls_before_yield < 1) polls_before_yield = 1;
     PyObject *dumps = PyObject_GetAttrString(pickle, "dumps");
@@ -955,6 +1093,14 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(finish, finish_fn);
     Py_INCREF(receive_fn);
     Py_XSETREF(receive_object, receive_fn);
+    Py_INCREF(agreement_fn);
+    Py_XSETREF(agreement, agreement_fn);
+    Py_INCREF(round_fn);
+    Py_XSETREF(finish_round, round_fn);
+    Py_INCREF(disagreed_fn);
+    Py_XSETREF(disagreed, disagreed_fn);
+    Py_INCREF(rehearse_fn);
+    Py_XSETREF(rehearse, rehearse_fn);
     n_known = 0;
     Py_RETURN_NONE;
 }
@@ -1011,7 +1157,8 @@ static PyObject *count(PyObject *module, PyObject *unused) {
 
 static PyMethodDef functions[] = {
     {"method", (PyCFunction)(void (*)(void))make_method, METH_VARARGS | METH_KEYWORDS,
-     "method(name, action, fallback, polled=None, root_at=-1, bcast=False): a traced call in C, as a method."},
+     "method(name, action, fallback, polled=None, root_at=-1, bcast=False, blocking=None, agreed_code=-1): "
+     "a traced call in C, as a method."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "What the C calls need from Python: mpi4py's exception, pickle and type map, the slow paths."},
     {"start", start, METH_O, "start(capacity): record from now on, at most capacity events."},

@@ -92,6 +92,8 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     shadow, old_traced._mpinb_shadow = old_traced._mpinb_shadow, None
     _plain_world = copy
     _traced_world = traced(copy, "world", list(range(copy.Get_size())), constant=True, shadow=shadow)
+    if (rehearsal := old_traced.__dict__.pop("_mpinb_rehearsal", None)) is not None:
+        _traced_world._mpinb_rehearsal = rehearsal  # a copy of that shadow (see _collectives.rehearse)
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world
