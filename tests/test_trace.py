@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+import mpinb
 from mpinb._events import COLLECTIVE, RECV
 from mpinb.trace._svg import summary_text
 
@@ -715,6 +716,23 @@ def test_members_in_different_reductions_are_told_so(pool4):
     assert {r: (e.type, said in e.message) for r, e in result.errors.items()} == dict.fromkeys(
         range(4), ("RuntimeError", True)), result.errors
     assert pool4.run("comm.allreduce(1)").value == dict.fromkeys(range(4), 4)
+
+
+@pytest.mark.timeout(120)
+def test_a_reduction_that_one_rank_never_joins_is_interrupted_and_the_next_ones_run(pool4):
+    """Rank 1 waits for a message instead: the others are named, interrupted where they wait, and
+    the reductions after it (on the world and on a communicator made later) run as before."""
+    pool4.run("kept = rank")
+    cell = ("x = np.ones(3); y = np.empty(3)\n"
+            "comm.Recv(y, source=0) if rank == 1 else comm.Allreduce(x, y)")
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(cell, timeout=5)
+    assert "Allreduce" in str(info.value) and "line 2" in str(info.value), str(info.value)
+    assert "restarted" not in str(info.value), "the ranks recovered without a restart"
+    for _ in range(2):
+        after = ("sub = comm.Split(rank % 2)\nz = np.full(3, float(rank)); w = np.empty(3)\n"
+                 "comm.Allreduce(z, w); v = np.empty(3); sub.Allreduce(z, v); sub.Free()\n(w[0], v[0], kept)")
+        assert pool4.run(after, timeout=30).value == {r: (6.0, 2.0 + 2 * (r % 2), r) for r in range(4)}
 
 
 def test_without_an_mpi_compiler_the_pool_says_so_and_traces_in_python():

@@ -30,7 +30,22 @@ def _shadow(comm) -> MPI.Intracomm:
         copy, request = _Intracomm.Idup(comm)
         _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
         shadow = comm._mpinb_shadow = _Intracomm(copy)  # a plain communicator: untraced
+        if BLOCKING_AFTER_AGREEMENT:  # (while every member is here)
+            copy, request = _Intracomm.Idup(shadow)
+            _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
+            comm._mpinb_rehearsal = _revoked_copy(_Intracomm(copy))
     return shadow
+
+
+def rehearsal_of(shadow: MPI.Intracomm) -> MPI.Intracomm | None:
+    """For a twin made with every member there: the revoked copy that ``rehearse`` needs, where
+    it needs one (see ``BLOCKING_AFTER_AGREEMENT``)."""
+    return _revoked_copy(_Intracomm(_Intracomm.Dup(shadow))) if BLOCKING_AFTER_AGREEMENT else None
+
+
+def _revoked_copy(copy: MPI.Intracomm) -> MPI.Intracomm:
+    copy.Revoke()
+    return copy
 
 
 def _exchange(comm, name: str, where, root) -> _objects_module.Exchange:
@@ -117,14 +132,15 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
 
 
 def _rehearsal(comm) -> MPI.Intracomm:
-    """The revoked copy of ``comm`` for ``rehearse``, made at its first need (a polled ``Idup``
-    of the shadow, which every member makes at the same reduction) and freed with the shadow."""
+    """The revoked copy of ``comm`` for ``rehearse``, made with its shadow (see ``_shadow`` and
+    ``rehearsal_of``: never later, when a member may be missing, as in a deadlock) and freed with it."""
     copy = comm.__dict__.get("_mpinb_rehearsal")
     if copy is None:
-        made, request = _Intracomm.Idup(_shadow(comm))
-        _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(4)))
-        copy = comm._mpinb_rehearsal = _Intracomm(made)
-        copy.Revoke()
+        _shadow(comm)
+        copy = comm.__dict__.get("_mpinb_rehearsal")
+    if copy is None:
+        raise RuntimeError(f"mpinb made communicator {comm._mpinb_id!r}'s private copy without its revoked "
+                           "twin (a bug in mpinb: please report it)")
     return copy
 
 

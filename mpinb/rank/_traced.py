@@ -30,7 +30,7 @@ from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
 from . import _native
 from ._calls import _converter, _Intracomm, _named, _TwinClass, _where
-from ._collectives import COLLECTIVES, _agree
+from ._collectives import COLLECTIVES, _agree, rehearsal_of
 from ._p2p import P2P
 from ._recorder import RECORDER as _rec
 
@@ -93,6 +93,8 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
         shadow = _Intracomm(_Intracomm.Dup(twin))
+        if (rehearsal := rehearsal_of(shadow)) is not None:
+            twin._mpinb_rehearsal = rehearsal
     twin._mpinb_shadow = shadow
     if constant:
         twin._mpinb_constant = True
