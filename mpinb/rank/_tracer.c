@@ -288,70 +288,63 @@ static int simple_buffer(PyObject *obj, int writable, Py_buffer *view, MPI_Datat
 }
 
 /* ---- waiting ------------------------------------------------------------------------------- */
-/* Test, then spin with the GIL released; 1 when done, 0 when it is still pending after the
- * spin, -1 on an MPI error (``*ierr``). ``message`` non-NULL: a matched probe instead. */
+/* ``test(what, &flag)`` (an MPI test) once, then spinning on it with the GIL released, yielding
+ * the core every ``polls_before_yield`` tests, for ``spin`` seconds at most; 1 when done, 0 when
+ * still pending after the spin, -1 on an MPI error (``*ierr``). */
+typedef int (*Test)(void *what, int *flag);
+
+static int spin(Test test, void *what, int *ierr) {
+    int flag = 0;
+    *ierr = test(what, &flag);
+    if (*ierr != MPI_SUCCESS) return -1;
+    if (flag) return 1;
+    Py_BEGIN_ALLOW_THREADS
+    double began = now();
+    int polls = 0;
+    while (1) {
+        *ierr = test(what, &flag);
+        if (flag || *ierr != MPI_SUCCESS) break;
+        if (++polls % polls_before_yield == 0) {
+            sched_yield();
+            if (now() - began >= spin_seconds) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (*ierr != MPI_SUCCESS) return -1;
+    return flag;
+}
+
+typedef struct { MPI_Request *request; MPI_Status *status; } OneRequest;
+static int test_one(void *what, int *flag) {
+    OneRequest *one = what;
+    return MPI_Test(one->request, flag, one->status);
+}
+
+/* A request's end: spin() on MPI_Test. */
 static int settle(MPI_Request *request, MPI_Status *status, int *ierr) {
-    int flag = 0;
-    *ierr = MPI_Test(request, &flag, status);
-    if (*ierr != MPI_SUCCESS) return -1;
-    if (flag) return 1;
-    Py_BEGIN_ALLOW_THREADS
-    double began = now();
-    int polls = 0;
-    while (!flag && *ierr == MPI_SUCCESS) {
-        *ierr = MPI_Test(request, &flag, status);
-        if (flag || *ierr != MPI_SUCCESS) break;
-        if (++polls % polls_before_yield == 0) {
-            sched_yield();
-            if (now() - began >= spin_seconds) break;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (*ierr != MPI_SUCCESS) return -1;
-    return flag;
+    OneRequest one = {request, status};
+    return spin(test_one, &one, ierr);
 }
 
-/* settle() for the two requests of one round of an agreement. */
+static int test_pair(void *what, int *flag) {
+    return MPI_Testall(2, (MPI_Request *)what, flag, MPI_STATUSES_IGNORE);
+}
+
+/* The two requests of one round of an agreement: spin() on MPI_Testall. */
 static int settle_pair(MPI_Request *pair, int *ierr) {
-    int flag = 0;
-    *ierr = MPI_Testall(2, pair, &flag, MPI_STATUSES_IGNORE);
-    if (*ierr != MPI_SUCCESS) return -1;
-    if (flag) return 1;
-    Py_BEGIN_ALLOW_THREADS
-    double began = now();
-    int polls = 0;
-    while (1) {
-        *ierr = MPI_Testall(2, pair, &flag, MPI_STATUSES_IGNORE);
-        if (flag || *ierr != MPI_SUCCESS) break;
-        if (++polls % polls_before_yield == 0) {
-            sched_yield();
-            if (now() - began >= spin_seconds) break;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (*ierr != MPI_SUCCESS) return -1;
-    return flag;
+    return spin(test_pair, pair, ierr);
 }
 
+typedef struct { int source, tag; MPI_Comm comm; MPI_Message *message; MPI_Status *status; } Probe;
+static int test_probe(void *what, int *flag) {
+    Probe *p = what;
+    return MPI_Improbe(p->source, p->tag, p->comm, flag, p->message, p->status);
+}
+
+/* A matched probe: spin() on MPI_Improbe. */
 static int probe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *ierr) {
-    int flag = 0;
-    *ierr = MPI_Improbe(source, tag, comm, &flag, message, status);
-    if (*ierr != MPI_SUCCESS) return -1;
-    if (flag) return 1;
-    Py_BEGIN_ALLOW_THREADS
-    double began = now();
-    int polls = 0;
-    while (1) {
-        *ierr = MPI_Improbe(source, tag, comm, &flag, message, status);
-        if (flag || *ierr != MPI_SUCCESS) break;
-        if (++polls % polls_before_yield == 0) {
-            sched_yield();
-            if (now() - began >= spin_seconds) break;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (*ierr != MPI_SUCCESS) return -1;
-    return flag;
+    Probe p = {source, tag, comm, message, status};
+    return spin(test_probe, &p, ierr);
 }
 
 /* ---- Method: a traced call, as a method descriptor ----------------------------------------- */
