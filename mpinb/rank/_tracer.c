@@ -825,6 +825,7 @@ static int agree(Method *m, PyObject *self, int root, PyObject *code, int where)
         if (done < 0) {
             raise_mpi(ierr);
             result = -1;
+            Py_INCREF(held);  /* kept for good: MPI may still use what a failed round posted */
         } else if (done == 0) {
             PyObject *file = file_of(code);
             PyObject *receive = PyMPIRequest_New(pair[0]), *send = PyMPIRequest_New(pair[1]);
