@@ -15,7 +15,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import psutil
 
@@ -352,10 +352,8 @@ class Pool:
             except Exception as err:
                 # such as the controller letting a rank's engine go (its MPI job ended) since
                 # _ready looked, before the death was seen: ipyparallel refuses to send to it
-                dead = supervisor.gone()
-                if not dead:
-                    raise
-                raise self._after_death(supervisor, dead) from err
+                self._raise_naming_a_death(supervisor, err, "running the cell")
+                raise  # (not reached)
             if outcome.stopped == "died":
                 outcome.pending.forget()
                 raise self._after_death(supervisor, outcome.dead)
@@ -527,10 +525,16 @@ class Pool:
         try:
             return transfer(supervisor)
         except BaseException as err:
-            dead = supervisor.gone()
-            if not dead or self._supervisor is not supervisor:
-                raise
-            raise self._after_death(supervisor, dead, during=f"{move} ran") from err
+            self._raise_naming_a_death(supervisor, err, f"{move} ran")
+            raise  # (not reached)
+
+    def _raise_naming_a_death(self, supervisor: Supervisor, err: BaseException, during: str) -> NoReturn:
+        """Raise ``err``, or, if a rank of this pool is gone meanwhile, the error that names the
+        death (and restart the pool): what broke the call was the death."""
+        dead = supervisor.gone()
+        if not dead or self._supervisor is not supervisor:
+            raise err
+        raise self._after_death(supervisor, dead, during=during) from err
 
     # -- status -------------------------------------------------------------------------------
 
