@@ -223,7 +223,8 @@ def test_a_run_sent_just_after_the_ranks_ended_names_the_death(pool):
     while rank0_engine in supervisor.client.ids and time.monotonic() < deadline:
         time.sleep(0.001)
     assert rank0_engine not in supervisor.client.ids, "mpiexec ended the other ranks after rank 2"
-    with pytest.raises(mpinb.RankDiedError, match=r"on node\d died"):
+    # (ranks gone within moments of each other are named together, as in the test above)
+    with pytest.raises(mpinb.RankDiedError, match=r"(rank 2 on node1|one of ranks [\d, -]+ on [\w, ]+) died"):
         pool.run("comm.allreduce(1)", timeout=60)
     assert pool.run("comm.allreduce(1)").value == dict.fromkeys(range(4), 4)
 
