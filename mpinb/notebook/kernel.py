@@ -14,9 +14,8 @@ from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
-from .. import __version__
+from .. import __version__, rank
 from ..pool import Pool
-from ..rank import _introspect
 from . import _session as session
 from ._dap import RankDebugAdapter
 from ._magics import _set_autompi, runs_on_ranks
@@ -71,8 +70,7 @@ class MPIKernel(IPythonKernel):
             return super().do_complete(code, cursor_pos)
         line, offset = line_at_cursor(code, cursor_pos)
         try:
-            text, matches = pool.call(_introspect.complete, line, cursor_pos - offset,
-                                                        timeout=ANSWER_WITHIN_S)
+            text, matches = pool.call(rank.complete, line, cursor_pos - offset, timeout=ANSWER_WITHIN_S)
         except Exception:  # noqa: BLE001 - a busy or broken pool: no completions, not an error
             text, matches = "", []
         return {"matches": list(matches), "cursor_end": cursor_pos, "cursor_start": cursor_pos - len(text),
@@ -84,7 +82,7 @@ class MPIKernel(IPythonKernel):
             return super().do_inspect(code, cursor_pos, detail_level, omit_sections)
         name = token_at_cursor(code, cursor_pos)
         try:
-            bundle = pool.call(_introspect.inspect, name, detail_level, timeout=ANSWER_WITHIN_S)
+            bundle = pool.call(rank.inspect_name, name, detail_level, timeout=ANSWER_WITHIN_S)
         except Exception:  # noqa: BLE001
             bundle = None
         if not bundle:

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from .._protocol import Hello, Limits, RelayKeys, Reply, Settled
     from .._shared import SharedArray
 
-__all__ = ["fresh_world", "hello", "hub_ready", "init", "join", "offer", "open_hub", "relay", "run_cell",
-           "run_file", "settle", "spread", "take", "take_kept"]
+__all__ = ["complete", "fresh_world", "hello", "hub_ready", "init", "inspect_name", "join", "offer", "open_hub",
+           "relay", "run_cell", "run_file", "settle", "spread", "take", "take_kept"]
 
 
 def init() -> None:
@@ -129,3 +129,17 @@ def offer(name: str, share: bool = True) -> tuple[str, object]:
         except OSError:  # shared memory full: the usual way
             pass
     return "value", value
+
+
+def complete(line: str, cursor: int) -> tuple[str, list[str]]:
+    """The MPI kernel's Tab on this rank's namespace (see :func:`._introspect.complete`)."""
+    from ._introspect import complete
+
+    return complete(line, cursor)
+
+
+def inspect_name(name: str, detail_level: int) -> dict | None:
+    """The MPI kernel's Shift-Tab on this rank's namespace (see :func:`._introspect.inspect`)."""
+    from ._introspect import inspect
+
+    return inspect(name, detail_level)
