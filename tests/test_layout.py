@@ -1,0 +1,197 @@
+"""The house rules of the tree, checked: folders are processes, the shared modules belong to
+neither side, ipyparallel's and ipykernel's internals that mpinb patches are still there, and the
+README's map names every module. Pure reading of files and classes: milliseconds, no MPI."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "mpinb"
+# What both sides share (standard library and numpy only, plus each other); the rank side may use
+# these and nothing else of mpinb. _native builds the C tracer: `make install` runs it in the
+# notebook's environment, a rank runs it at first use.
+SHARED = {"_events", "_progress", "_protocol", "_ranges", "_shared", "_values", "_native"}
+THIRD_PARTY_ALLOWED_IN_SHARED = {"numpy", "mpi4py"}  # mpi4py: only _native's build, inside a function
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """Every mpinb module (dotted) that ``path`` imports, and whether at module level (not inside a
+    function: a function's import runs only when it is called, on the side that calls it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, inner) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    module = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    module = child.module or ""
+                # `from ..rank import _introspect` imports a module: the module is what counts
+                found.extend((f"{module}.{alias.name}" if _is_module(f"{module}.{alias.name}") else module, inner)
+                             for alias in child.names)
+            visit(child, inner)
+
+    visit(tree, True)
+    return [(name, top) for name, top in found if name == "mpinb" or name.startswith("mpinb.")]
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _is_shared(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[1] in SHARED
+
+
+def test_the_rank_side_imports_only_itself_and_the_shared_modules():
+    wrong = [(_dotted(path), name) for path in (PACKAGE / "rank").rglob("*.py") for name, _ in _imports(path)
+             if not (name.startswith("mpinb.rank") or _is_shared(name))]
+    assert not wrong, f"rank-side modules import notebook-side ones (a rank must not load them): {wrong}"
+
+
+def test_the_notebook_side_never_imports_the_rank_side_at_module_level():
+    """The notebook names the functions of the package ``mpinb.rank`` (ipyparallel sends them by
+    reference), whose import loads nothing else; loading rank's modules there could import
+    mpi4py.MPI, which initializes MPI in the notebook."""
+    wrong = [(_dotted(path), name) for path in _modules() if not _dotted(path).startswith("mpinb.rank")
+             for name, top in _imports(path) if top and name.startswith("mpinb.rank.")]
+    assert not wrong, f"notebook-side modules import rank-side ones at module level: {wrong}"
+
+
+def test_the_shared_modules_belong_to_neither_side():
+    wrong = [(_dotted(path), name) for path in PACKAGE.glob("*.py") if path.stem in SHARED
+             for name, _ in _imports(path) if not _is_shared(name)]
+    assert not wrong, f"shared modules import one side's modules: {wrong}"
+    for path in PACKAGE.glob("*.py"):
+        if path.stem not in SHARED:
+            continue
+        tree = ast.parse(path.read_text())
+        top_level = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
+                     for alias in node.names}
+        top_level |= {(node.module or "").split(".")[0] for node in tree.body
+                      if isinstance(node, ast.ImportFrom) and not node.level}
+        import sys
+        outside = {name for name in top_level if name not in sys.stdlib_module_names}
+        assert outside <= THIRD_PARTY_ALLOWED_IN_SHARED - {"mpi4py"}, \
+            f"{path.name} imports {sorted(outside)} at module level: shared modules take the standard library and numpy"
+
+
+# -- ipyparallel's and ipykernel's internals -------------------------------------------------------
+# What mpinb replaces on their classes (module-level `Class.method = ...` in mpinb), with the
+# parameters it expects, and the attributes its replacements read. A new release that renames one
+# fails here, by name, rather than in a pool that hangs at start.
+def _hooks() -> dict[str, tuple[object, dict[str, list[str]], list[str]]]:
+    from ipykernel.iostream import OutStream
+    from ipyparallel.controller.app import IPController
+    from ipyparallel.controller.heartmonitor import HeartMonitor
+    from ipyparallel.controller.hub import Hub
+    from ipyparallel.engine.app import IPEngine
+
+    return {
+        "IPEngine": (IPEngine, {"init_engine": ["self"], "_signal_stop": ["self", "sig", "frame"],
+                                "find_connection_file": ["self"]},
+                     ["connection_info_env", "wait_for_url_file", "url_file"]),
+        "OutStream": (OutStream, {"_watch_pipe_fd": ["self"]}, []),
+        "IPController": (IPController, {"construct_url": ["self", "kind", "channel", "index"]},
+                         ["engine_info", "client_info", "internal_info"]),
+        "HeartMonitor": (HeartMonitor, {"start": ["self"], "beat": ["self"]},
+                         ["hearts", "on_probation", "period", "max_heartmonitor_misses", "caller"]),
+        "Hub": (Hub, {"handle_stopped_heart": ["self", "heart"], "unregister_engine": ["self", "ident", "msg"]},
+                ["session"]),
+    }
+
+
+def _has_attribute(cls: type, name: str) -> bool:
+    traits = getattr(cls, "class_traits", lambda: {})()
+    return name in traits or hasattr(cls, name) or f"self.{name} =" in inspect.getsource(cls)
+
+
+@pytest.mark.parametrize("name", ["IPEngine", "OutStream", "IPController", "HeartMonitor", "Hub"])
+def test_each_patched_internal_is_still_there_as_mpinb_expects(name):
+    cls, methods, attributes = _hooks()[name]
+    for method, parameters in methods.items():
+        assert callable(getattr(cls, method, None)), f"{name}.{method} is gone: mpinb replaces it"
+        assert list(inspect.signature(getattr(cls, method)).parameters) == parameters, \
+            f"{name}.{method} takes other parameters now: mpinb's replacement expects {parameters}"
+    missing = [attribute for attribute in attributes if not _has_attribute(cls, attribute)]
+    assert not missing, f"{name} no longer has {missing}, which mpinb's replacements read"
+
+
+def test_every_method_mpinb_replaces_is_checked_above():
+    patched = set()
+    for path in _modules():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                        patched.add((target.value.id, target.attr))
+    hooks = _hooks()
+    foreign = {(cls, attr) for cls, attr in patched if cls in hooks or cls[:1].isupper() and cls != "Request"}
+    unchecked = sorted(f"{cls}.{attr}" for cls, attr in foreign if attr not in hooks.get(cls, (None, {}, []))[1])
+    assert not unchecked, f"mpinb replaces {unchecked}: add them to _hooks() with the parameters it expects"
+
+
+def test_the_dependencies_a_new_major_version_could_break_are_bounded():
+    """mpinb patches ipyparallel's and ipykernel's internals: a new major version must be tried
+    (and this file's checks pass) before users get it."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for package in ("ipyparallel", "ipykernel"):
+        spec = re.search(rf'"{package}([^"]*)"', text)
+        assert spec and "<" in spec.group(1), f"pyproject.toml gives {package} no upper bound"
+
+
+# -- the README's map ------------------------------------------------------------------------------
+def _map() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## How it is built", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_the_readme_map_names_every_module_and_folder():
+    text = _map()
+    named = set(re.findall(r"[\w.]+", text))
+    missing = [str(path.relative_to(PACKAGE)) for path in _modules()
+               if path.name != "__init__.py" and path.name not in named]
+    folders = [path.name + "/" for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()]
+    missing += [folder for folder in folders if folder not in text]
+    tops = [name + "/" for name in ("notebooks", "bench", "kernel", "tests", "docs") if (ROOT / name).is_dir()]
+    missing += [top for top in tops if top not in text]
+    assert not missing, f"the README's map ('How it is built') does not name {missing}"
+
+
+def test_the_readme_map_names_nothing_that_is_gone():
+    names = set(re.findall(r"\b(_?\w+\.(?:py|js|c))\b", _map()))
+    present = {path.name for folder in ("mpinb", "tests", "bench", "docs") for path in (ROOT / folder).rglob("*")
+               if path.is_file()}
+    gone = sorted(names - present)
+    assert not gone, f"the README's map names files that are not in the tree: {gone}"
+
+
+def test_the_readme_map_calls_shared_exactly_the_shared_modules():
+    marked = set(re.findall(r"^  (_\w+)\.py\s+shared:", _map(), re.MULTILINE))
+    assert marked == SHARED, f"the map marks {sorted(marked)} as shared; the rule (SHARED above) is {sorted(SHARED)}"
