@@ -112,16 +112,22 @@ class Campaign:
         os.rmdir(self.folder)
 
     def run(self, count: int, deadline: float | None = None) -> list[Abort]:
-        for _ in range(count):
+        """``count`` aborts: every kind once first (in a seeded order, so that a short campaign
+        still has each), then kinds drawn by weight."""
+        kinds = [*self.cells, "push", "pull", "script"]
+        self.rng.shuffle(kinds)
+        for index in range(count):
             if deadline is not None and time.monotonic() > deadline:
                 break
-            self.aborts.append(self.one())
+            self.aborts.append(self.one(kinds[index] if index < len(kinds) else None))
         return self.aborts
 
-    def one(self) -> Abort:
-        choices = [*self.cells, "push", "pull", "script"]
-        weights = [w for _, _, w in self.cells.values()] + [DATA_WEIGHT, DATA_WEIGHT, SCRIPT_WEIGHT]
-        kind = self.rng.choices(choices, weights)[0]
+    def one(self, kind: str | None = None) -> Abort:
+        """One abort of ``kind``, or of a kind drawn by weight."""
+        if kind is None:
+            choices = [*self.cells, "push", "pull", "script"]
+            weights = [w for _, _, w in self.cells.values()] + [DATA_WEIGHT, DATA_WEIGHT, SCRIPT_WEIGHT]
+            kind = self.rng.choices(choices, weights)[0]
         data = kind in ("push", "pull")  # a move of 40 MB takes a few tens of milliseconds
         at = self.rng.uniform(0.001, 0.04) if data else self.rng.uniform(0.05, 1.5)
         how = "interrupt" if data else self.rng.choice(["timeout", "interrupt"])
