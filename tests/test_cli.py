@@ -121,3 +121,16 @@ def test_kernel_install_writes_a_spec_for_this_python(tmp_path):
     assert os.path.samefile(spec["argv"][0], sys.executable) and spec["argv"][1:3] == ["-m", "mpinb.notebook.kernel"]
     assert spec["display_name"] == "Python (MPI, mpinb)" and spec["env"]["MPINB_RANKS"] == "6"
     assert (folder / "logo-64x64.png").exists() and (folder / "logo-32x32.png").exists()
+
+
+def test_version_is_written_once_and_named_by_the_changelog():
+    from importlib.metadata import version
+
+    import mpinb as package
+
+    done = mpinb("--version", timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"mpinb {package.__version__}", done.stdout + done.stderr
+    assert version("mpinb") == package.__version__, "pyproject.toml's version is not mpinb.__version__"
+    changelog = open(os.path.join(os.path.dirname(__file__), "..", "CHANGELOG.md")).read()
+    newest = next(line for line in changelog.splitlines() if line.startswith("## "))
+    assert newest.startswith(f"## {package.__version__} "), f"CHANGELOG.md's newest entry is {newest!r}"

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+from .. import __version__
 from .._ranges import rank_count_in_text
 
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpinb", description="A Jupyter environment for MPI.")
+    parser.add_argument("--version", action="version", version=f"mpinb {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     lab = commands.add_parser("lab", help="open JupyterLab on the tutorials")
