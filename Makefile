@@ -12,11 +12,12 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # What `make test` also runs on Open MPI: the pool, magics, scripts, hangs and aborts, deaths,
 # the debugger, traces, kernel, pools on Slurm and across hosts (started by Slurm and by mpiexec),
-# what keeps a pool private on a shared host, and faults injected at random moments.
+# what keeps a pool private on a shared host, faults injected at random moments, and mpi4py's own
+# test suite, traced and untraced (fidelity: Open MPI's reductions are where tracing once differed).
 CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tests/test_magics.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
 	tests/test_kernel.py tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
-	tests/test_security.py tests/test_faults.py
+	tests/test_security.py tests/test_faults.py tests/test_mpi4py_suite.py
 
 .PHONY: install lab test test-core lint docs bench system clean
 
