@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from browser import jupyterlab, page_on, run_all, write_notebook
+from browser import CHROMIUM, CHROMIUM_FLAGS, jupyterlab, page_on, run_all, write_notebook
 from conftest import wait_until_gone
 
 pytestmark = pytest.mark.browser
@@ -238,3 +239,38 @@ def test_inspect_and_stacks_render_in_jupyterlab(tmp_path, artifacts, existing_p
         assert stacks.inner_text().splitlines() == ["3 ranks: 3 idle", "ranks 0-2: idle"]
         page.screenshot(path=os.path.join(artifacts, "inspect-and-stacks.png"))
     assert not wait_until_gone(15, existing_pools)
+
+
+# Accepted or refused alike by mpinb._ranges.parse_ranks and trace.js's rank filter; for those
+# accepted, the ranks of 0-15 that each selects.
+RANK_TEXTS = ["", "all", "*", " * ", "0", "3", "0-3", "0-3,6", " 1 , 2 - 2 ", "03", "0,0", "15", "3-1", "a",
+              "1-", "-1", "1--2", "1-2-3", "2,,3", "0,", "+3", "1_0", "\u0663", "0x3", "1.5", "\t1", "0-30"]
+
+
+@pytest.mark.timeout(120)
+def test_the_trace_views_rank_filter_follows_the_python_rule():
+    from playwright.sync_api import sync_playwright
+
+    from mpinb._ranges import parse_ranks
+
+    source = (Path(__file__).parent.parent / "mpinb" / "widgets" / "trace.js").read_text()
+    with sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            chosen = page.evaluate("""async ([source, texts]) => {
+                const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+                const { parseRanks } = await import(url);
+                return texts.map((text) => {
+                    const ranges = parseRanks(text);
+                    return ranges && [...Array(16).keys()].filter((r) => ranges.some(([a, b]) => a <= r && r <= b));
+                });
+            }""", [source, RANK_TEXTS])
+        finally:
+            browser.close()
+    for text, javascript in zip(RANK_TEXTS, chosen):
+        try:
+            python = [rank for rank in parse_ranks(text, 31) if rank < 16]
+        except ValueError:
+            python = None
+        assert javascript == python, f"{text!r}: trace.js selects {javascript}, parse_ranks {python}"

@@ -62,6 +62,7 @@ def test_targets_are_read_as_people_write_them(spec, ranks):
     ("3-1", ValueError, "runs backwards"),
     ("1,,2", ValueError, "empty rank"),
     ("one", ValueError, "write ranks like '0,2-3'"),
+    ("+3", ValueError, "write ranks like"), ("1_0", ValueError, "write ranks like"),  # int() takes both
     ([], ValueError, "selects no rank"),
     (True, TypeError, "must be ranks"),
     ([1.0], TypeError, "integer ranks"),

@@ -71,16 +71,21 @@ function load(model) {
   return { ev, msg, coll, waits, path, allRanks: model.get("ranks") };
 }
 
-// "0-3,6" -> a Set of ranks; null when the text names none or does not parse.
-function parseRanks(text) {
-  const found = new Set();
-  for (const part of text.split(",").map((x) => x.trim()).filter(Boolean)) {
-    const match = /^(\d+)(?:\s*-\s*(\d+))?$/.exec(part);
+// "0-3,6" -> the ranges it names, as [first, last] pairs ("", "all" and "*": every rank); null when
+// it does not parse (ASCII digits, spaces ignored) or a range runs backwards ("3-1"): the rule of
+// mpinb._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
+export function parseRanks(text) {
+  const spec = text.replace(/ /g, "");
+  if (["", "all", "*"].includes(spec)) return [[0, Infinity]];
+  const ranges = [];
+  for (const part of spec.split(",")) {
+    const match = /^([0-9]+)(?:-([0-9]+))?$/.exec(part);
     if (!match) return null;
-    const lo = +match[1], hi = match[2] === undefined ? lo : +match[2];
-    for (let r = Math.min(lo, hi); r <= Math.max(lo, hi); r++) found.add(r);
+    const first = +match[1], last = match[2] === undefined ? first : +match[2];
+    if (last < first) return null;
+    ranges.push([first, last]);
   }
-  return found.size ? found : null;
+  return ranges;
 }
 
 // Which ranks (lanes) and which calls the filters leave; sets data.ranks, lane, byLane, visible.
@@ -90,7 +95,8 @@ function applyFilters(model, data) {
   const chosen = rankText ? parseRanks(rankText) : null;
   const op = ops.indexOf(model.get("show_op")), comm = comms.indexOf(model.get("show_comm"));
   const tag = /^-?\d+$/.test(tagText) ? +tagText : null;
-  data.ranks = chosen ? data.allRanks.filter((r) => chosen.has(r)) : data.allRanks.slice();
+  data.ranks = chosen ? data.allRanks.filter((r) => chosen.some(([first, last]) => first <= r && r <= last))
+    : data.allRanks.slice();
   if (!data.ranks.length) data.ranks = data.allRanks.slice();
   data.lane = new Map(data.ranks.map((r, i) => [r, i]));
   const { ev } = data, n = ev.rank.length;
