@@ -24,7 +24,9 @@ _EXPORTS = {
     "PoolStartError": ".errors",
     "RankError": ".errors",
     "RankFailure": ".pool",
+    "RunInterrupted": ".errors",
     "RunResult": ".pool",
+    "RunTimeoutError": ".errors",
     "Trace": ".trace",
     "TransferError": ".errors",
     "TransferTimeoutError": ".errors",
@@ -51,6 +53,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
         PoolStartError,
         RankDiedError,
         RankError,
+        RunInterrupted,
+        RunTimeoutError,
         TransferError,
         TransferTimeoutError,
     )
@@ -62,7 +66,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is i
 
 __all__ = [
     "CellSyntaxError", "CheckResult", "DeadlockError", "MPIHangError", "PoolError", "PoolStartError",
-    "RankDiedError", "RankError", "RankFailure", "RunResult", "Trace", "TransferError", "TransferTimeoutError",
+    "RankDiedError", "RankError", "RankFailure", "RunInterrupted", "RunResult", "RunTimeoutError", "Trace",
+    "TransferError", "TransferTimeoutError",
     "breakpoint", "check", "compare", "current_pool",
     "last_trace", "load_ipython_extension", "progress", "set_language", "unload_ipython_extension", "Pool",
 ]

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._protocol import WaitState
     from .pool._hang import Diagnosis
     from .pool._result import RankFailure, RunResult
+    from .pool._stacks import Stacks
 
 
 def _short_wait(state: WaitState) -> str:
@@ -110,12 +111,36 @@ class MPIHangError(TimeoutError):
     notebook shows. The pool is usable afterwards.
     """
 
-    def __init__(self, message: str, diagnosis: Diagnosis, after: str = ""):
+    def __init__(self, message: str, diagnosis: Diagnosis, after: str = "", stacks: Stacks | None = None):
         self.diagnosis = diagnosis
+        self.stacks = stacks
         super().__init__(f"{message}\n{diagnosis.text()}{after}")
 
     def _render_traceback_(self) -> list[str]:
         return [f"{type(self).__name__}: {self}"]
+
+
+class RunTimeoutError(TimeoutError):
+    """A run that did not finish in its time, while no rank was blocked in MPI (else
+    :class:`MPIHangError`). ``stacks``: every rank's stack when it was stopped, if they were read."""
+
+    def __init__(self, message: str, stacks: Stacks | None = None):
+        self.stacks = stacks
+        super().__init__(message)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run that the stop button (an interrupt) ended. ``diagnosis``: what the ranks waited for,
+    as :class:`MPIHangError` has it, when they were blocked in MPI (else ``None``); ``stacks``:
+    every rank's stack when the run was stopped, if they were read."""
+
+    def __init__(self, message: str, diagnosis: Diagnosis | None = None, stacks: Stacks | None = None):
+        self.diagnosis = diagnosis
+        self.stacks = stacks
+        super().__init__(message)
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]  # the notebook's own stack says nothing of the ranks
 
 
 class DeadlockError(MPIHangError):

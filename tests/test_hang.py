@@ -43,6 +43,8 @@ def test_interrupt_returns_control_within_two_seconds(pool4):
         pool4.run(RING)
     assert time.monotonic() - began < 1.5 + 2.5
     assert "Wait-for cycle" in str(info.value)
+    assert isinstance(info.value, mpinb.RunInterrupted) and info.value.diagnosis.cycle == [0, 1, 2, 3]
+    assert sorted(info.value.stacks.ranks) == [0, 1, 2, 3], "every rank's stack, as data"
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
 
 
@@ -199,7 +201,7 @@ def test_the_kernels_stop_button_interrupts_a_deadlocked_cell(existing_pools):
         reply = client.get_shell_msg(timeout=10)
         assert reply["parent_header"]["msg_id"] == msg_id
         assert time.monotonic() - began < 3, "control is back within about 2 seconds"
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "RunInterrupted"
         follow = run("%%mpi\nv = comm.allreduce(x)")
         assert follow["content"]["status"] == "ok"
         check = run("values = %mpi pull v\nassert values == [3, 3, 3], values")

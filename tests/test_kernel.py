@@ -90,7 +90,7 @@ def test_interrupt_ends_a_deadlock_and_the_pool_goes_on(mpi_kernel):
     while reply["parent_header"]["msg_id"] != msg_id:  # a reply to a request of another test
         reply = client.get_shell_msg(timeout=30)
     assert time.monotonic() - began < 3, "control is back within about 2 seconds"
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "RunInterrupted"
     reply, text = execute(client, "%%local\nimport mpinb\nprint(mpinb.current_pool().run('comm.allreduce(1)').value)")
     assert "{0: 3, 1: 3, 2: 3}" in text, text
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .._language import say
 from .._protocol import Reply
 from .._values import unpack
-from ..errors import DeadlockError, MPIHangError
+from ..errors import DeadlockError, MPIHangError, RunInterrupted, RunTimeoutError
 from ..trace import Trace
 from ._debug import Breakpoints, Driver
 from ._hang import Diagnosis, HangWatch
@@ -170,18 +170,12 @@ def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None
     stacks = ("\n\n" + say("Where the ranks were when the run was stopped:") + "\n" + outcome.stacks.text()
               if outcome.stacks is not None else "")
     diagnosis = outcome.diagnosis
-    error: BaseException
     if diagnosis is not None:
-        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis, stacks)
-        if outcome.stopped == "timeout":
-            error = hang
-        else:
-            error = KeyboardInterrupt(str(hang))
-            error.diagnosis = diagnosis  # type: ignore[attr-defined]  # as MPIHangError has
-    else:
-        error = KeyboardInterrupt(text + stacks) if outcome.stopped == "interrupt" else TimeoutError(text + stacks)
-    setattr(error, "stacks", outcome.stacks)  # noqa: B010 - every rank's stack, as data, on any exception
-    return error
+        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis, stacks, outcome.stacks)
+        return hang if outcome.stopped == "timeout" else RunInterrupted(str(hang), diagnosis, outcome.stacks)
+    if outcome.stopped == "interrupt":
+        return RunInterrupted(text + stacks, None, outcome.stacks)
+    return RunTimeoutError(text + stacks, outcome.stacks)
 
 
 def collect(outcome: Outcome, size: int) -> RunResult:
