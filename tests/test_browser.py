@@ -244,7 +244,8 @@ def test_inspect_and_stacks_render_in_jupyterlab(tmp_path, artifacts, existing_p
 # Accepted or refused alike by mpinb._ranges.parse_ranks and trace.js's rank filter; for those
 # accepted, the ranks of 0-15 that each selects.
 RANK_TEXTS = ["", "all", "*", " * ", "0", "3", "0-3", "0-3,6", " 1 , 2 - 2 ", "03", "0,0", "15", "3-1", "a",
-              "1-", "-1", "1--2", "1-2-3", "2,,3", "0,", "+3", "1_0", "\u0663", "0x3", "1.5", "\t1", "0-30"]
+              "1-", "-1", "1--2", "1-2-3", "2,,3", "0,", "+3", "1_0", "\u0663", "0x3", "1.5", "\t1", "0-30",
+              "a ll", " al l"]
 
 
 @pytest.mark.timeout(120)

@@ -75,10 +75,9 @@ function load(model) {
 // it does not parse (ASCII digits, spaces ignored) or a range runs backwards ("3-1"): the rule of
 // mpinb._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
 export function parseRanks(text) {
-  const spec = text.replace(/ /g, "");
-  if (["", "all", "*"].includes(spec)) return [[0, Infinity]];
+  if (["", "all", "*"].includes(text.trim())) return [[0, Infinity]];
   const ranges = [];
-  for (const part of spec.split(",")) {
+  for (const part of text.replace(/ /g, "").split(",")) {
     const match = /^([0-9]+)(?:-([0-9]+))?$/.exec(part);
     if (!match) return null;
     const first = +match[1], last = match[2] === undefined ? first : +match[2];
