@@ -19,7 +19,7 @@ CORE_TESTS := tests/test_units.py tests/test_lifecycle.py tests/test_pool.py tes
 	tests/test_kernel.py tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
 	tests/test_security.py tests/test_faults.py tests/test_mpi4py_suite.py
 
-.PHONY: install lab test test-core lint docs bench system clean
+.PHONY: install lab test test-core lint docs bench dist system clean
 
 install: $(STAMP)
 
@@ -83,5 +83,11 @@ test-core: install
 bench: install
 	$(BIN)/mpinb bench
 
+# A release's files in dist/: the sdist and the wheel, checked as tests/test_dist.py says.
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	MPINB_DIST=dist $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_dist.py
+
 clean:
-	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache build
+	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache build dist
