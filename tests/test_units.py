@@ -733,3 +733,22 @@ def test_the_bench_starts():
     usage = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=root, capture_output=True, text=True,
                            timeout=60)
     assert usage.returncode == 0 and "--only" in usage.stdout, usage.stderr
+
+
+# -- Pool's options ----------------------------------------------------------------------------------
+
+def test_every_pool_option_is_read_back_and_described():
+    from mpinb.pool._pool import OPTIONS, Pool
+
+    assert OPTIONS and "encrypt" in OPTIONS and "n" not in OPTIONS
+    undescribed = [name for name in OPTIONS if f"``{name}``" not in (Pool.__doc__ or "")]
+    assert not undescribed, f"Pool's docstring does not describe {undescribed}"
+    chosen = {"launcher": "mpi", "mpiexec": "/usr/bin/mpiexec", "mpiexec_args": ["-f", "hosts"],
+              "env": {"OMP_NUM_THREADS": "2"}, "yield_when_idle": True, "start_timeout": 30.0,
+              "max_output_lines": 7, "max_output_chars": 70, "trace_capacity": 5, "trace_budget": 50,
+              "controller_ip": "10.0.0.1", "launcher_options": {"a": 1}, "stop_timeout": 3.0, "encrypt": False}
+    assert set(chosen) == set(OPTIONS), "this test names every option"
+    pool = Pool(3, **chosen)
+    assert pool.options() == chosen
+    pool.options()["env"]["X"] = "changed"
+    assert pool.options()["env"] == {"OMP_NUM_THREADS": "2"}, "options() hands out copies"

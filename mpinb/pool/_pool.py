@@ -7,6 +7,7 @@ processes, :mod:`._run` follows one run and collects its result, :mod:`._data` m
 from __future__ import annotations
 
 import atexit
+import copy
 import itertools
 import os
 import socket
@@ -15,6 +16,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from inspect import Parameter, signature
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import psutil
@@ -165,18 +167,11 @@ class Pool:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments that make a pool like this one (``Pool(pool.size, **pool.options())``)."""
-        settings = self.settings
-        return {
-            "launcher": settings.launcher, "mpiexec": settings.mpiexec,
-            "mpiexec_args": list(settings.mpiexec_args), "env": dict(settings.env),
-            "yield_when_idle": settings.yield_when_idle, "start_timeout": self.start_timeout,
-            "max_output_lines": self.max_output_lines, "max_output_chars": self.max_output_chars,
-            "trace_capacity": self.trace_capacity, "trace_budget": self.trace_budget,
-            "controller_ip": self.controller_ip,
-            "launcher_options": dict(settings.launcher_options),
-            "stop_timeout": self.stop_timeout,
-            "encrypt": settings.encrypt,
-        }
+        def value(name: str) -> Any:
+            kept = getattr(self.settings, name) if hasattr(self.settings, name) else getattr(self, name)
+            return copy.copy(kept)  # (lists and dicts: the caller's to change)
+
+        return {name: value(name) for name in OPTIONS}
 
     @property
     def size(self) -> int:
@@ -577,6 +572,12 @@ class Pool:
                     row["state"] = "dead"
             rows.append(row)
         return rows
+
+
+# Pool's options, as its signature names them (after the size): options() reads them back, the
+# class docstring describes each (tests/test_units.py checks both).
+OPTIONS = tuple(name for name, parameter in signature(Pool.__init__).parameters.items()
+                if parameter.kind is Parameter.KEYWORD_ONLY)
 
 
 def _requests_of(outcome: Outcome, ranks: list[int]) -> dict[int, str]:
