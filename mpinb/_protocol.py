@@ -1,8 +1,9 @@
 """The messages between the ranks and the notebook, defined once for both sides.
 
 Each rank answers the pool's requests with plain dicts (they pickle cheaply and need no mpinb class
-to unpickle); these ``TypedDict`` types name their keys, and the functions here are the only places
-that build them. Like :mod:`mpinb._events`, importing this module imports nothing else.
+to unpickle); these ``TypedDict`` types name their keys, and the functions at the end build the
+ones that more than one place makes or that carry many keys (``reply``, ``failure``, ``hello``,
+``wait_state``). Like :mod:`mpinb._events`, importing this module imports nothing else.
 """
 
 from __future__ import annotations
@@ -201,6 +202,25 @@ class Hello(TypedDict):
     pid: int
     mpi: str
     tracer: str  # "C", or why traced calls run in Python on this rank ("python: ...")
+
+
+def failure(type: str, message: str, traceback: str, *, line: int | None = None, file: str = "") -> Failure:
+    """The one constructor of :class:`Failure`: ``type`` is the exception's qualified name."""
+    return {"type": type, "message": message, "traceback": traceback, "line": line, "file": file}
+
+
+def reply(error: Failure | None = None) -> Reply:
+    """The one constructor of :class:`Reply`: a run that returned no value and recorded nothing,
+    failed with ``error`` if given; a run fills in the rest as it goes."""
+    return {"value": None, "repr": "", "why": "", "has_value": False, "error": error, "trace": None,
+            "dropped_lines": 0, "elapsed": 0.0, "wrote": False}
+
+
+def hello(*, ready: bool, failure: str | None, rank: int, size: int, host: str, pid: int, mpi: str,
+          tracer: str) -> Hello:
+    """The one constructor of :class:`Hello`."""
+    return {"ready": ready, "failure": failure, "rank": rank, "size": size, "host": host, "pid": pid, "mpi": mpi,
+            "tracer": tracer}
 
 
 def wait_state(op: str, kind: WaitKind, where: tuple[str, int], *, comm: str | None = None,

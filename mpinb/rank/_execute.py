@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from .. import _progress
-from .._protocol import Failure, Limits, Reply
+from .._protocol import Failure, Limits, Reply, failure, reply
 from .._values import pack
 from . import _debugger, _output, _waiting
 from ._output import capped_output
@@ -122,8 +122,7 @@ def install_interrupt_handler() -> None:
 
 def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     global _running_user_code
-    record: Reply = {"value": None, "repr": "", "why": "", "has_value": False, "error": None,
-                     "trace": None, "dropped_lines": 0, "elapsed": 0.0, "wrote": False}
+    record = reply()
     start = time.perf_counter()
     _progress.new_run()
     _debugger.new_run()
@@ -145,10 +144,10 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
                 record["error"] = _describe(exc, filename, exit_code=exc.code)
         except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
             _debugger.keep_failure(exc)
-            record["error"] = failure = _describe(exc, filename)
-            failure["waiting"] = _waiting.interrupted_wait()
-            if failure["waiting"] is not None:
-                RECORDER.add_unfinished(failure["waiting"])
+            record["error"] = failed = _describe(exc, filename)
+            failed["waiting"] = _waiting.interrupted_wait()
+            if failed["waiting"] is not None:
+                RECORDER.add_unfinished(failed["waiting"])
             _waiting.clear()
         else:
             if packed is not None:
@@ -178,13 +177,7 @@ def _describe(exc: BaseException, filename: str, exit_code: object = None) -> Fa
     message = str(exc)
     if isinstance(exc, SystemExit):
         message = f"exit code {exit_code}" if isinstance(exit_code, int) else str(exit_code)
-    return {
-        "type": name,
-        "message": message,
-        "traceback": "".join(tbe.format()),
-        "line": line,
-        "file": filename,
-    }
+    return failure(name, message, "".join(tbe.format()), line=line, file=filename)
 
 
 @contextmanager

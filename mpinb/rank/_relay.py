@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 import zmq
 
+from .. import _protocol
 from .._protocol import DONE_KEY, KEPT_REPLY, Done, RelayKeys, Reply
 from . import _output, _waiting
 
@@ -368,10 +369,8 @@ def _run(call: str, args: tuple) -> Reply:
     except BaseException as err:  # noqa: BLE001 - reported to the notebook as this rank's failure
         import traceback
 
-        return {"value": None, "repr": "", "why": "", "has_value": False, "trace": None, "dropped_lines": 0,
-                "elapsed": 0.0, "wrote": False,
-                "error": {"type": type(err).__name__, "message": f"mpinb failed to run this here: {err}",
-                          "traceback": traceback.format_exc(), "line": None, "file": ""}}
+        failed = _protocol.failure(type(err).__name__, f"mpinb failed to run this here: {err}", traceback.format_exc())
+        return _protocol.reply(failed)
 
 
 def _announce_now(reply: Reply) -> bool:

@@ -8,6 +8,7 @@ import socket
 import sys
 
 from .._protocol import Hello
+from .._protocol import hello as hello_message
 
 _ready = False
 _failure: str | None = None  # the traceback of a failed start-up, for the pool to show
@@ -97,16 +98,9 @@ def hello() -> Hello:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    return {
-        "ready": _ready,
-        "failure": _failure,
-        "rank": world.Get_rank(),
-        "size": world.Get_size(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "mpi": MPI.Get_library_version().strip().splitlines()[0],
-        "tracer": _tracer_in_use(),
-    }
+    return hello_message(ready=_ready, failure=_failure, rank=world.Get_rank(), size=world.Get_size(),
+                         host=socket.gethostname(), pid=os.getpid(),
+                         mpi=MPI.Get_library_version().strip().splitlines()[0], tracer=_tracer_in_use())
 
 
 def _tracer_in_use() -> str:
