@@ -103,6 +103,19 @@ class CellSyntaxError(Exception):
         return "".join(traceback.format_exception_only(SyntaxError, self.error)).splitlines()
 
 
+def _stopped_run_told(message: str, diagnosis: Diagnosis | None, stacks: Stacks | None) -> str:
+    """What a stopped run's error says: why it stopped, what the ranks waited for, where they were."""
+    told = message if diagnosis is None else f"{message}\n{diagnosis.text()}"
+    if stacks is not None:
+        told += "\n\n" + say("Where the ranks were when the run was stopped:") + "\n" + stacks.text()
+    return told
+
+
+def _told_whole(error: BaseException) -> list[str]:
+    """For IPython: the message alone; the notebook's own stack says nothing of the ranks."""
+    return [f"{type(error).__name__}: {error}"]
+
+
 class MPIHangError(TimeoutError):
     """A run stopped (timeout or interrupt) while ranks were blocked in MPI.
 
@@ -111,13 +124,12 @@ class MPIHangError(TimeoutError):
     notebook shows. The pool is usable afterwards.
     """
 
-    def __init__(self, message: str, diagnosis: Diagnosis, after: str = "", stacks: Stacks | None = None):
+    def __init__(self, message: str, diagnosis: Diagnosis, stacks: Stacks | None = None):
         self.diagnosis = diagnosis
         self.stacks = stacks
-        super().__init__(f"{message}\n{diagnosis.text()}{after}")
+        super().__init__(_stopped_run_told(message, diagnosis, stacks))
 
-    def _render_traceback_(self) -> list[str]:
-        return [f"{type(self).__name__}: {self}"]
+    _render_traceback_ = _told_whole
 
 
 class RunTimeoutError(TimeoutError):
@@ -126,7 +138,7 @@ class RunTimeoutError(TimeoutError):
 
     def __init__(self, message: str, stacks: Stacks | None = None):
         self.stacks = stacks
-        super().__init__(message)
+        super().__init__(_stopped_run_told(message, None, stacks))
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -137,10 +149,9 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, message: str, diagnosis: Diagnosis | None = None, stacks: Stacks | None = None):
         self.diagnosis = diagnosis
         self.stacks = stacks
-        super().__init__(message)
+        super().__init__(_stopped_run_told(message, diagnosis, stacks))
 
-    def _render_traceback_(self) -> list[str]:
-        return [f"{type(self).__name__}: {self}"]  # the notebook's own stack says nothing of the ranks
+    _render_traceback_ = _told_whole
 
 
 class DeadlockError(MPIHangError):

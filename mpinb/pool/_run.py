@@ -167,15 +167,12 @@ def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None
                    timeout=f"{timeout:g}")
     if restarted:
         text += " " + restarted
-    stacks = ("\n\n" + say("Where the ranks were when the run was stopped:") + "\n" + outcome.stacks.text()
-              if outcome.stacks is not None else "")
-    diagnosis = outcome.diagnosis
-    if diagnosis is not None:
-        hang = (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis, stacks, outcome.stacks)
-        return hang if outcome.stopped == "timeout" else RunInterrupted(str(hang), diagnosis, outcome.stacks)
+    diagnosis, stacks = outcome.diagnosis, outcome.stacks
     if outcome.stopped == "interrupt":
-        return RunInterrupted(text + stacks, None, outcome.stacks)
-    return RunTimeoutError(text + stacks, outcome.stacks)
+        return RunInterrupted(text, diagnosis, stacks)
+    if diagnosis is not None:
+        return (DeadlockError if diagnosis.deadlock else MPIHangError)(text, diagnosis, stacks)
+    return RunTimeoutError(text, stacks)
 
 
 def collect(outcome: Outcome, size: int) -> RunResult:
