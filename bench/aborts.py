@@ -100,6 +100,8 @@ class Campaign:
         self.pool = pool
         self.rng = random.Random(seed)
         self.cells = kinds if kinds is not None else CELLS
+        self.kinds = [*self.cells, "push", "pull", "script"]
+        self.weights = [w for _, _, w in self.cells.values()] + [DATA_WEIGHT, DATA_WEIGHT, SCRIPT_WEIGHT]
         self.folder = tempfile.mkdtemp(prefix="mpinb-aborts-")
         self.script = os.path.join(self.folder, "deadlock.py")
         with open(self.script, "w") as handle:
@@ -114,7 +116,7 @@ class Campaign:
     def run(self, count: int, deadline: float | None = None) -> list[Abort]:
         """``count`` aborts: every kind once first (in a seeded order, so that a short campaign
         still has each), then kinds drawn by weight."""
-        kinds = [*self.cells, "push", "pull", "script"]
+        kinds = list(self.kinds)
         self.rng.shuffle(kinds)
         for index in range(count):
             if deadline is not None and time.monotonic() > deadline:
@@ -125,9 +127,7 @@ class Campaign:
     def one(self, kind: str | None = None) -> Abort:
         """One abort of ``kind``, or of a kind drawn by weight."""
         if kind is None:
-            choices = [*self.cells, "push", "pull", "script"]
-            weights = [w for _, _, w in self.cells.values()] + [DATA_WEIGHT, DATA_WEIGHT, SCRIPT_WEIGHT]
-            kind = self.rng.choices(choices, weights)[0]
+            kind = self.rng.choices(self.kinds, self.weights)[0]
         data = kind in ("push", "pull")  # a move of 40 MB takes a few tens of milliseconds
         at = self.rng.uniform(0.001, 0.04) if data else self.rng.uniform(0.05, 1.5)
         how = "interrupt" if data else self.rng.choice(["timeout", "interrupt"])
