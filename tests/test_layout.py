@@ -34,15 +34,18 @@ def _dotted(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[str, bool]]:
+def _imports(path: Path, for_types: bool = True) -> list[tuple[str, bool]]:
     """Every mpinb module (dotted) that ``path`` imports, and whether at module level (not inside a
-    function: a function's import runs only when it is called, on the side that calls it)."""
+    function: a function's import runs only when it is called, on the side that calls it).
+    ``for_types=False`` leaves out what ``if TYPE_CHECKING:`` imports (never at run time)."""
     tree = ast.parse(path.read_text(), str(path))
     package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
     found: list[tuple[str, bool]] = []
 
     def visit(node: ast.AST, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if not for_types and isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
+                continue
             inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 found.extend((alias.name, inner) for alias in child.names)
@@ -100,6 +103,29 @@ def test_the_shared_modules_belong_to_neither_side():
         outside = {name for name in top_level if name not in sys.stdlib_module_names}
         assert outside <= THIRD_PARTY_IN_SHARED, \
             f"{path.name} imports {sorted(outside)} at module level: shared modules take the standard library and numpy"
+
+
+def test_the_trace_modules_import_each_other_without_a_cycle():
+    """``Trace`` and its views (waits, critical path, SVG, Chrome trace) share their array helpers
+    through the leaf ``_arrays``: an import cycle would need a function-level import to dodge it."""
+    folder = PACKAGE / "trace"
+    graph = {_dotted(path): {name for name, _ in _imports(path, for_types=False)
+                             if name.startswith("mpinb.trace.") and name != _dotted(path)}
+             for path in folder.glob("_*.py")}
+    cycles: set[str] = set()
+
+    def walk(module: str, trail: list[str]) -> None:
+        for target in sorted(graph.get(module, ())):
+            if target in trail:
+                cycles.add(" -> ".join(trail[trail.index(target):] + [target]))
+            else:
+                walk(target, trail + [target])
+
+    for module in graph:
+        walk(module, [module])
+    assert graph and not cycles, f"import cycles among the trace modules: {sorted(cycles)}"
+    leaf = {name for name, _ in _imports(folder / "_arrays.py")}
+    assert leaf <= {"mpinb._events"}, f"trace/_arrays.py must stay a leaf; it imports {sorted(leaf)}"
 
 
 # -- ipyparallel's and ipykernel's internals -------------------------------------------------------

@@ -29,7 +29,7 @@ from mpinb.pool._hang import (
 from mpinb.pool._launch import other_hosts
 from mpinb.rank._output import capped_output
 from mpinb.trace import Trace
-from mpinb.trace._trace import busy_until
+from mpinb.trace._arrays import busy_until
 
 pytestmark = pytest.mark.timeout(20)
 

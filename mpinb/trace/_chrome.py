@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._events import KIND_NAMES
-from ._trace import busy_until
+from ._arrays import busy_until
 
 if TYPE_CHECKING:
     from ._trace import Trace

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._trace import Trace, busy_until
+from ._arrays import busy_until
+from ._trace import Trace
 
 _RANK_MEASURES = ("wall", "mpi", "compute", "waiting")
 RANK_ROWS = 8  # rows() shows at most this many ranks: those whose time changed most

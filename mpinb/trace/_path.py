@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from ._trace import busy_until
+from ._arrays import busy_until
 
 if TYPE_CHECKING:
     from ._trace import Trace

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
 from .._ranges import format_ranks
-from ._trace import busy_until
+from ._arrays import busy_until
 from ._waits import explain
 
 if TYPE_CHECKING:

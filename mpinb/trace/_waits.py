@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from .._events import WAIT
+from ._arrays import collective_groups, message_halves
+
 if TYPE_CHECKING:
     from ._trace import Trace
 
@@ -55,8 +58,6 @@ def _waited_in(events) -> np.ndarray:
     """Per event, the index of the call that blocked its rank until it completed: itself for a
     blocking call, the wait call that saw a nonblocking one complete, or -1 (completed by a test,
     never completed, or broken off)."""
-    from .._events import WAIT
-
     blocked = np.where(events["end"] == events["returned"], np.arange(len(events)), -1)
     blocked[events["open"] | (events["kind"] == WAIT)] = -1
     for rank in np.unique(events["rank"]):
@@ -75,8 +76,6 @@ def _waited_in(events) -> np.ndarray:
 
 
 def _point_to_point(events, waited_in: np.ndarray) -> list[Wait]:
-    from ._trace import message_halves
-
     found: list[Wait] = []
     for pair in message_halves(events).values():
         send, recv = events[pair["send"]], events[pair["recv"]]
@@ -93,8 +92,6 @@ def _point_to_point(events, waited_in: np.ndarray) -> list[Wait]:
 
 
 def _collective(events, waited_in: np.ndarray) -> list[Wait]:
-    from ._trace import collective_groups
-
     found: list[Wait] = []
     for members in collective_groups(events).values():
         if len(members) < 2 or events["open"][members].any():

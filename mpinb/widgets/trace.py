@@ -14,8 +14,8 @@ import numpy as np
 import traitlets as t
 
 from ..trace import Trace
+from ..trace._arrays import busy_until
 from ..trace._svg import space_time_svg, summary_text
-from ..trace._trace import busy_until
 from ..trace._waits import WAIT_KINDS, explain
 from ._fallback import StaticFallback
 
