@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .._protocol import WaitState
 from .._ranges import format_ranks
 from ..errors import RankError
 from ..trace import Trace
 from . import _render
+
+Stopped = Literal["timeout", "interrupt"]
+"""Why mpinb stopped a run: its timeout ran out, or the notebook interrupted it."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,9 @@ class RunResult:
     elapsed: float = 0.0
     trace: Trace | None = None
     released: list[int] = field(default_factory=list)  # ranks interrupted because another failed
-    stopped: str | None = None  # "timeout" or "interrupt" when the run was stopped, else None
+    # Why mpinb stopped the run, if it did (the run raised too; this is what ``last_result`` keeps).
+    # A run in which a rank died has no result: the pool raises RankDiedError.
+    stopped: Stopped | None = None
     # What the recovery after this run has to say: why the pool had to start fresh processes, if
     # it did; else requests that the interrupt left pending on the ranks, if any.
     restarted: str | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .._language import say
 from .._protocol import Reply
@@ -16,7 +17,7 @@ from ._debug import Breakpoints, Driver
 from ._hang import Diagnosis, HangWatch
 from ._inspect import inspect
 from ._pending import Direct, Pending, Relayed
-from ._result import RankFailure, RunResult
+from ._result import RankFailure, RunResult, Stopped
 from ._stacks import Stacks, sample
 from ._streams import OutputCallback, StreamTracker
 from ._supervisor import Supervisor
@@ -30,12 +31,12 @@ _POLL = 0.05
 
 @dataclass
 class Outcome:
-    """How a run ended; ``stopped`` is ``"timeout"``, ``"interrupt"``, ``"died"`` or ``None``."""
+    """How a run ended: ``stopped`` as a result's, or ``"died"`` (a rank's death ended it)."""
 
     pending: Pending
     ranks: list[int]
     elapsed: float = 0.0
-    stopped: str | None = None
+    stopped: Stopped | Literal["died"] | None = None
     released: list[int] = field(default_factory=list)  # interrupted because another rank failed
     dead: list[int] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
@@ -178,8 +179,9 @@ def stopped_error(outcome: Outcome, timeout: float | None, restarted: str | None
 def collect(outcome: Outcome, size: int) -> RunResult:
     """What each rank of the run printed, displayed, returned, raised and recorded."""
     pending, ranks = outcome.pending, outcome.ranks
-    result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released,
-                       stopped=outcome.stopped)
+    stopped = outcome.stopped
+    assert stopped != "died", "a run in which a rank died raises, it is not collected"
+    result = RunResult(ranks=list(ranks), elapsed=outcome.elapsed, released=outcome.released, stopped=stopped)
     replies = pending.replies()
     recorded = {r: reply["trace"] for r, reply in zip(ranks, replies)
                 if isinstance(reply, dict) and reply["trace"] is not None}

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from .._protocol import PROGRESS_KEY
 
-OutputCallback = Callable[[int, str, object], None]
+OutputKind = Literal["stdout", "stderr", "display", "reset-stdout", "reset-stderr", "progress", "hang"]
+OutputCallback = Callable[[int, OutputKind, object], None]
 """``callback(rank, kind, data)``: kind is ``"stdout"``/``"stderr"`` (new text), ``"display"``
 (one mime bundle), ``"reset-stdout"``/``"reset-stderr"`` (the whole text, when it no longer
 continues what was sent: a carriage return rewrote it), ``"progress"`` (``{bar key: {rank: state}}``
 of the :func:`mpinb.progress` loops that moved since the last call, ``rank`` being the run's first)
 or ``"hang"`` (a diagnosis's text, from the run loop rather than from this tracker)."""
+
+# Each text stream, and the kind that sends its whole text again
+_TEXT_STREAMS: tuple[tuple[OutputKind, OutputKind], ...] = (("stdout", "reset-stdout"), ("stderr", "reset-stderr"))
 
 
 class StreamTracker:
@@ -27,7 +32,7 @@ class StreamTracker:
     def poll(self, callback: OutputCallback | None) -> None:
         if callback is None:
             return
-        for kind in ("stdout", "stderr"):
+        for kind, reset in _TEXT_STREAMS:
             for rank, text in zip(self._ranks, getattr(self._ar, kind)):
                 text = text or ""
                 old = self._text[rank, kind]
@@ -37,7 +42,7 @@ class StreamTracker:
                 if text.startswith(old):
                     callback(rank, kind, text[len(old):])
                 else:
-                    callback(rank, "reset-" + kind, text)
+                    callback(rank, reset, text)
         for rank, bundles in zip(self._ranks, self._ar.outputs):
             seen = self._seen[rank, "display"]
             for bundle in bundles[seen:]:
