@@ -46,14 +46,16 @@ def pool_processes() -> list[psutil.Process]:
 
 def _of_this_checkout(proc: psutil.Process, text: str) -> bool:
     """Whether the process, or one of its parents (mpiexec's daemons name no file), runs this
-    checkout's mpinb; a process whose parents are gone counts, to be safe."""
-    for _ in range(8):
+    checkout's mpinb; an orphan that names no mpinb (a daemon whose parents are gone) counts, to be
+    safe. A chain of parents that reaches init without naming this checkout is another's (a
+    second checkout's test run on the same machine)."""
+    for step in range(8):
         if OUR_MPINB in text:
             return True
         try:
             parent = proc.parent()
             if parent is None or parent.pid == 1:
-                return proc.ppid() in (0, 1) and not any(marker in text for marker in ("/mpinb/",))
+                return step == 0 and proc.ppid() in (0, 1) and "/mpinb/" not in text
             proc, text = parent, " ".join(parent.cmdline())
         except psutil.Error:
             return True
@@ -106,15 +108,30 @@ def mpi_temporary_files() -> set[str]:
     mpinb.pool._watchdog)."""
     import glob
 
-    from mpinb.pool._watchdog import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
+    from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
     prefixes = LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES
     return {path for prefix in prefixes for path in glob.glob(prefix + "*")}
 
 
+def files_of_pool(pool) -> set[str]:
+    """The MPI segments that the pool's ranks map and the launcher files their parents (MPICH's
+    proxies) hold open: this pool's own, whatever other pools on the machine write meanwhile."""
+    from mpinb._leftovers import launcher_files, mpi_segments
+
+    pids = [state["pid"] for state in pool.status()]
+    parents = set()
+    for pid in pids:
+        try:
+            parents.add(psutil.Process(pid).ppid())
+        except psutil.Error:
+            continue
+    return {path for path, _ in mpi_segments(pids) | launcher_files(parents)}
+
+
 def in_use() -> set[str]:
     """Every such file that a process on this machine has open or mapped (another pool's is not ours)."""
-    from mpinb.pool._watchdog import mpi_files
+    from mpinb._leftovers import mpi_files
 
     return {path for path, _ in mpi_files(proc.pid for proc in psutil.process_iter())}
 
