@@ -17,8 +17,8 @@ from collections.abc import Callable
 import ipyparallel as ipp
 
 import mpinb
+from mpinb._leftovers import remove_files
 from mpinb.pool import find_mpiexec
-from mpinb.pool._watchdog import remove_files
 
 from .peer import peer_segments, stop_ipyparallel
 

@@ -19,8 +19,8 @@ import ipyparallel as ipp
 import psutil
 
 import mpinb
+from mpinb._leftovers import remove_files
 from mpinb.pool import find_mpiexec
-from mpinb.pool._watchdog import remove_files
 
 from .peer import peer_segments, stop_ipyparallel
 

@@ -19,7 +19,7 @@ import zmq
 from conftest import wait_until_gone
 
 import mpinb
-from mpinb.pool._watchdog import MPI_SEGMENT_PREFIXES
+from mpinb._leftovers import MPI_SEGMENT_PREFIXES
 
 STRANGER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 can_be_a_stranger = os.geteuid() == 0 and psutil.POSIX and os.path.exists("/usr/bin/setpriv")
@@ -138,7 +138,7 @@ def test_a_local_pool_can_be_encrypted_too():
         client = pool._supervisor.client
         assert client._config.get("curve_serverkey") and client.session.key
         assert pool.run("print(rank)\nrank * 2").value == {0: 0, 1: 2, 2: 4}
-        assert pool._supervisor.relaying and pool.last_result.stdout == {r: f"{r}\n" for r in range(3)}
+        assert pool._supervisor.route.relaying and pool.last_result.stdout == {r: f"{r}\n" for r in range(3)}
 
 
 def _stranger_with_keys(kind: int, address: str, hub_public: bytes) -> zmq.Socket:

@@ -8,14 +8,17 @@ through the pool's controller, signed with the session key like every other mess
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._protocol import DEBUG_REQUEST
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 ANSWER_WITHIN = 3.0
 
 
-def ask(supervisor: Any, ranks: list[int], op: str, timeout: float = ANSWER_WITHIN,
+def ask(supervisor: Supervisor, ranks: list[int], op: str, timeout: float = ANSWER_WITHIN,
         **args: object) -> dict[int, dict]:
     """Each rank's answer to ``op``; a rank that did not answer within ``timeout`` seconds gets
     ``{"status": "timeout"}`` (its main thread holds Python's lock in a long C call, say)."""

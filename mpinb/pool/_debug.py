@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._language import say
 from .._protocol import DEBUG_KEY, WAIT_KEY, DebugState, WaitState
 from .._ranges import format_ranks, parse_ranks
 from . import _channel
 from ._hang import describe_wait
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 COMMANDS_HELP = """\
 Commands go to every stopped rank, or to the ranks before a colon: `2: p x`, `0-3: n`,
@@ -68,7 +71,7 @@ class Breakpoints:
     """The ranks of a run in flight, as the debugger sees them: stopped where, or running (and
     waiting for whom). ``command`` sends a debugger command; ``view`` says where everyone is."""
 
-    def __init__(self, supervisor: Any, ranks: list[int], sources: dict[str, str]):
+    def __init__(self, supervisor: Supervisor, ranks: list[int], sources: dict[str, str]):
         self.supervisor = supervisor
         self.ranks = ranks
         self.sources = sources
@@ -251,7 +254,7 @@ class RankSession:
     """A debugger on one rank outside a run's breakpoints: post-mortem of the last run's failure,
     or the frames of a rank that is running (read only). ``command`` sends a pdb command."""
 
-    def __init__(self, supervisor: Any, rank: int):
+    def __init__(self, supervisor: Supervisor, rank: int):
         self.supervisor, self.rank = supervisor, rank
         answer = _channel.ask(supervisor, [rank], "command", line="")[rank]
         wrong = _channel.failure(answer)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._language import say
 from .._ranges import format_ranks
 from . import _channel
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 SHOWN_ELEMENTS = 8  # differing elements named per rank that differs
 ASKED_BLOCKS = 4  # blocks fetched to find them
@@ -123,7 +126,7 @@ class Inspection:
                 f"<text x='0' y='{height - 1}' font-size='10'>{label} per rank</text></svg>")
 
 
-def inspect(supervisor: Any, ranks: list[int], expression: str) -> Inspection:
+def inspect(supervisor: Supervisor, ranks: list[int], expression: str) -> Inspection:
     """Evaluate ``expression`` on ``ranks`` (idle, or stopped at a breakpoint) and compare."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValueError("inspect needs an expression, such as `x` or `grid[1:-1].sum()`")
@@ -149,7 +152,7 @@ def inspect(supervisor: Any, ranks: list[int], expression: str) -> Inspection:
     return inspection
 
 
-def _where_arrays_differ(supervisor: Any, inspection: Inspection) -> list[str]:
+def _where_arrays_differ(supervisor: Supervisor, inspection: Inspection) -> list[str]:
     groups = inspection.groups()
     if len(groups) < 2 or "blocks" not in groups[0][1]:
         return []

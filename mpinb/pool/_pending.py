@@ -2,19 +2,74 @@
 
 Both kinds answer the same questions (which ranks finished, whether one failed, what each printed,
 published and replied), so that :mod:`._run` follows a run without knowing how it was sent.
+:func:`send` chooses the route (see :class:`Route`).
 """
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .. import rank as _rank
 from .._protocol import DONE_KEY, KEPT_REPLY, Reply
 
 RankReply = Reply | BaseException | None  # an exception for a failed request, None if still running
 KEPT_FETCH_TIMEOUT = 60.0  # a large reply left on its rank comes within this (hundreds of MB)
+
+
+class Route:
+    """How the pool's runs go: through rank 0's relay (one message, which rank 0 passes on to the
+    others: see ``mpinb.rank._relay``) once it is open, or to each rank directly."""
+
+    def __init__(self) -> None:
+        self.relaying = False  # whether rank 0's relay is open
+        self.last_relayed = 0  # the number of the last relayed run (what a recovery asks about)
+        self._numbers = itertools.count(1)
+        self._rank0_request: Any = None  # the last run that rank 0 took part in
+
+    def can_relay(self, ranks: list[int]) -> bool:
+        """Relay a run when it goes to several ranks and rank 0 is free to relay (a run that rank 0
+        is still busy with would hold the new one back)."""
+        if not self.relaying or len(ranks) < 2:
+            return False
+        return 0 in ranks or not self._rank0_busy()
+
+    def _rank0_busy(self) -> bool:
+        request = self._rank0_request
+        return request is not None and not request.ready()
+
+    def next_relayed(self) -> int:
+        self.last_relayed = next(self._numbers)
+        return self.last_relayed
+
+    def running(self, pending: Pending) -> None:
+        """Note the run just sent: one that rank 0 relays or takes part in keeps it busy."""
+        if isinstance(pending, Relayed) or 0 in pending.ranks:
+            self._rank0_request = pending.request
+
+
+class Ranks(Protocol):
+    """What a run in flight needs of the pool's supervisor: its client, its ranks' engines, its route."""
+
+    client: Any  # ipyparallel.Client
+    engine_of: dict[int, int]
+    route: Route
+
+    def view(self, ranks: list[int]) -> Any: ...  # an ipyparallel DirectView
+
+
+def send(supervisor: Ranks, call: Callable[..., Reply], args: tuple, ranks: list[int]) -> Pending:
+    """Start ``call(*args)`` on ``ranks``, relayed through rank 0 if the route allows."""
+    pending: Pending
+    if supervisor.route.can_relay(ranks):
+        pending = Relayed(supervisor, call.__name__, args, ranks)
+    else:
+        pending = Direct(supervisor, call, args, ranks)
+    supervisor.route.running(pending)
+    return pending
 
 
 class _Sent:
@@ -32,7 +87,7 @@ class _Sent:
 class Direct(_Sent):
     """One ipyparallel request per rank (a single rank, or when rank 0 cannot relay)."""
 
-    def __init__(self, supervisor: Any, call: Any, args: tuple, ranks: list[int]):
+    def __init__(self, supervisor: Ranks, call: Callable[..., Reply], args: tuple, ranks: list[int]):
         self.client = supervisor.client
         self.ranks = ranks
         self.request = supervisor.view(ranks).apply_async(call, *args)
@@ -115,11 +170,11 @@ class Relayed(_Sent):
     rank 0's own under the request's id.
     """
 
-    def __init__(self, supervisor: Any, call_name: str, args: tuple, ranks: list[int]):
+    def __init__(self, supervisor: Ranks, call_name: str, args: tuple, ranks: list[int]):
         self.supervisor = supervisor
         self.client = client = supervisor.client
         self.ranks = ranks
-        self.cell = supervisor.last_relayed = next(supervisor.relayed_runs)
+        self.cell = supervisor.route.next_relayed()
         self.request = client[supervisor.engine_of[0]].apply_async(_rank.relay, call_name, args, ranks, self.cell)
         leader = self.request.msg_ids[0]
         self.msg_ids = [leader if rank == 0 else f"{leader}/{rank}" for rank in ranks]

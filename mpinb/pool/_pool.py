@@ -28,6 +28,7 @@ from .._protocol import Hello, Limits
 from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
+from ._deaths import why_dead
 from ._debug import Driver, OnStop, RankSession, first_failing_rank
 from ._inspect import Inspection, inspect
 from ._launch import LaunchSettings, check_launcher
@@ -401,7 +402,7 @@ class Pool:
             unstarted = _requests_of(outcome, waiting)
             interrupted_at = outcome.interrupted_at or time.monotonic()
         stop_timeout = self.stop_timeout or self.settings.default_stop_timeout
-        recovery = recover(supervisor, self._generation, waiting, unstarted, supervisor.last_relayed,
+        recovery = recover(supervisor, self._generation, waiting, unstarted, supervisor.route.last_relayed,
                            interrupted_at, stop_timeout)
         if recovery.generation is not None:
             self._generation = recovery.generation
@@ -453,7 +454,7 @@ class Pool:
 
     def _after_death(self, supervisor: Supervisor, dead: list[int], during: str = "running the cell") -> RankDiedError:
         """Name the rank that died and how, then restart the pool (MPI cannot go on without it)."""
-        return RankDiedError(self._restart_because(supervisor.why_dead(dead, during)))
+        return RankDiedError(self._restart_because(why_dead(supervisor, dead, during)))
 
     def _running(self) -> Supervisor:
         self._wait_for_start()

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import rank as _rank
 from .._language import say
 from .._protocol import Settled
 from .._ranges import format_ranks
 from . import _stacks
+from ._deaths import why_dead
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 # A rank still running this long after the interrupt is interrupted once more: it may have
 # started its part only after the first one, or its code caught the KeyboardInterrupt.
@@ -48,7 +52,7 @@ class Recovery:
     held: dict[int, int] = field(default_factory=dict)  # rank -> requests left pending, still holding buffers
 
 
-def recover(supervisor: Any, generation: int, waiting_for: list[int], unstarted: dict[int, str],
+def recover(supervisor: Supervisor, generation: int, waiting_for: list[int], unstarted: dict[int, str],
             skip_through: int, interrupted_at: float, stop_timeout: float) -> Recovery:
     """Bring the ranks of ``supervisor`` from world ``generation`` to the next one.
 
@@ -86,7 +90,7 @@ def held_note(held: dict[int, int]) -> str | None:
                ranks=format_ranks(sorted(held), word=True), count=sum(held.values()))
 
 
-def settle(supervisor: Any, waiting_for: list[int], unstarted: dict[int, str], skip_through: int,
+def settle(supervisor: Supervisor, waiting_for: list[int], unstarted: dict[int, str], skip_through: int,
            interrupted_at: float, stop_timeout: float) -> tuple[dict[int, Settled], list[int], list[int]]:
     """The state of each rank of ``waiting_for`` once it is idle: ``(states, stuck, dead)``."""
     client = supervisor.client
@@ -119,7 +123,7 @@ def settle(supervisor: Any, waiting_for: list[int], unstarted: dict[int, str], s
     return states, failed, []
 
 
-def fresh_world(supervisor: Any, generation: int) -> str | None:
+def fresh_world(supervisor: Supervisor, generation: int) -> str | None:
     """Every rank makes world ``generation`` together; ``None`` when they did, else why not (as
     soon as one rank refuses: the others' polled copy then ends at its deadline, unused).
 
@@ -152,12 +156,12 @@ def fresh_world(supervisor: Any, generation: int) -> str | None:
     return "; ".join(f"{format_ranks(ranks, word=True)}: {why}" for why, ranks in refusals.items()) or None
 
 
-def explain(supervisor: Any, recovery: Recovery, sources: dict[str, str], stop_timeout: float) -> str:
+def explain(supervisor: Supervisor, recovery: Recovery, sources: dict[str, str], stop_timeout: float) -> str:
     """Why the ranks could not come back, in words (the start of the pool's restart sentence):
     stuck ranks are named with the call each is in, read from its stack (``sources`` maps a
     cell's name to its code)."""
     if recovery.dead:
-        return supervisor.why_dead(recovery.dead)
+        return why_dead(supervisor, recovery.dead)
     if recovery.stuck:
         stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks,
                                        supervisor.answer_within(2.0))

@@ -16,7 +16,7 @@ from ..trace import Trace
 from ._debug import Breakpoints, Driver
 from ._hang import Diagnosis, HangWatch
 from ._inspect import inspect
-from ._pending import Direct, Pending, Relayed
+from ._pending import Pending, send
 from ._result import RankFailure, RunResult, Stopped
 from ._stacks import Stacks, sample
 from ._streams import OutputCallback, StreamTracker
@@ -76,12 +76,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
     failure releases the others; ``debugging.driver`` takes the user's commands."""
     debugging = debugging or Debugging()
     started = time.perf_counter()
-    pending: Pending
-    if supervisor.can_relay(ranks):
-        pending = Relayed(supervisor, call.__name__, args, ranks)
-    else:
-        pending = Direct(supervisor, call, args, ranks)
-    supervisor.running(pending)
+    pending = send(supervisor, call, args, ranks)
     outcome = Outcome(pending, ranks)
     tracker = StreamTracker(pending, ranks)
     watch = HangWatch(ranks, idle=[r for r in range(size) if r not in ranks])

@@ -16,12 +16,15 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._language import say
 from .._protocol import DebugState, Frame
 from .._ranges import format_ranks
 from . import _channel
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 _HEADER = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
@@ -166,7 +169,7 @@ class RankStack:
         return ((inner["file"], inner["line"], inner["function"]) if inner else (), _mode(self.state))
 
 
-def collect(supervisor: Any, ranks: list[int], sources: dict[str, str]) -> dict[int, RankStack]:
+def collect(supervisor: Supervisor, ranks: list[int], sources: dict[str, str]) -> dict[int, RankStack]:
     """Every rank's stack now: asked on the control channel, read from outside for those that
     do not answer."""
     answers = _channel.ask(supervisor, ranks, "stack", timeout=supervisor.answer_within())
@@ -353,7 +356,7 @@ def _peers(kind: str, waits: list, ranks: list[int]) -> str:
     return say("to {ranks}" if sending else "from {ranks}", ranks=format_ranks(sorted(set(peers)), word=True))
 
 
-def sample(supervisor: Any, ranks: list[int], sources: dict[str, str], samples: int = 1, interval: float = 0.5,
+def sample(supervisor: Supervisor, ranks: list[int], sources: dict[str, str], samples: int = 1, interval: float = 0.5,
            history: dict[int, tuple[tuple, float]] | None = None) -> Stacks:
     """Stacks taken ``samples`` times, ``interval`` seconds apart: each rank's last, with how long
     it has been at that place (across calls too, through ``history``)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import glob
-import itertools
 import os
 import secrets
 import shutil
@@ -25,6 +24,7 @@ import psutil
 import zmq
 
 from .. import rank as _rank
+from .._leftovers import launcher_files, mpi_segments, remove_files
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -38,7 +38,6 @@ from .._shared import remove_written_by
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
-from ._hang import death_report, launcher_report, peer_loss_report
 from ._launch import (
     ALLOCATION_LAUNCHER,
     SLURM_MPI_TYPES,
@@ -54,10 +53,10 @@ from ._launch import (
     srun_arguments,
     this_host_names,
 )
-from ._pending import Pending, Relayed
+from ._pending import Route
 from ._processes import RankProcesses
 from ._runfolder import make_run_folder
-from ._watchdog import in_sessions, launcher_files, mpi_segments, remove_files
+from ._watchdog import end_processes, process_trees
 
 _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
@@ -102,10 +101,7 @@ class Supervisor:
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
         self._mpi_files: set[tuple[str, int]] = set()  # local ranks' MPI segments, launcher files
-        self.relaying = False  # whether rank 0 relays runs to the others (see mpinb.rank._relay)
-        self._rank0_request: Any = None  # the last run that rank 0 took part in
-        self.relayed_runs = itertools.count(1)  # numbers of relayed runs (see mpinb.rank._relay.relay)
-        self.last_relayed = 0
+        self.route = Route()
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
         self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
         self._local = RankProcesses({})  # the ranks' processes, when on this host
@@ -350,23 +346,7 @@ class Supervisor:
                 "(rank 0 relays each run to the others): a firewall between the hosts, or a name that "
                 "resolves differently on them? Pool(controller_ip=...) sets the address to use."
             )
-        self.relaying = True
-
-    def can_relay(self, ranks: list[int]) -> bool:
-        """Relay a run through rank 0 when it goes to several ranks and rank 0 is free to relay
-        (a run that rank 0 is still busy with would hold the new one back)."""
-        if not self.relaying or len(ranks) < 2:
-            return False
-        return 0 in ranks or not self.rank0_busy()
-
-    def rank0_busy(self) -> bool:
-        request = self._rank0_request
-        return request is not None and not request.ready()
-
-    def running(self, pending: Pending) -> None:
-        """Note the run just sent: one that rank 0 relays or takes part in keeps it busy."""
-        if isinstance(pending, Relayed) or 0 in pending.ranks:
-            self._rank0_request = pending.request
+        self.route.relaying = True
 
     def dead_process(self) -> str | None:
         """Why the controller or the MPI job is gone, if one of them is."""
@@ -508,70 +488,6 @@ class Supervisor:
         registered = set(self.client.ids)
         return [rank for rank in ranks if self.engine_of[rank] not in registered]
 
-    def _seen_ending(self, rank: int) -> bool:
-        return self.deaths is not None and rank in self.deaths.died
-
-    def why_dead(self, dead: list[int], during: str = "running the cell") -> str:
-        """``"rank 2 died: killed by signal 9 (...) while running the cell"``, or which rank
-        called ``Abort``; ``during``: what the pool was doing."""
-        if not self.settings.local:
-            return self._why_batch_dead(dead, during)
-        if self.settings.on_this_host:
-            # (a rank whose exit the death watch saw is dying, though tearing down its memory may
-            # leave its process running for a moment)
-            states = {rank: _process_state(self.ranks_info[rank]["pid"]) for rank in dead
-                      if rank in self.ranks_info and not self._seen_ending(rank)}
-            if states and all(states.values()):  # alive, yet the controller lost their heartbeat
-                return (f"{format_ranks(dead, word=True)} stopped answering while {during}, though "
-                        f"{'its process is' if len(dead) == 1 else 'their processes are'} "
-                        f"{' and '.join(sorted({state for state in states.values() if state}))}. "
-                        f"MPI cannot continue without {'it' if len(dead) == 1 else 'them'}")
-        by_pid = {info["pid"]: rank for rank, info in self.ranks_info.items()}
-        if len(by_pid) < len(self.ranks_info):  # the same pid on two hosts: the report cannot tell
-            by_pid = {}
-        # The launcher reports as it cleans up; on a busy machine that can take seconds. Across
-        # hosts, MPICH adds how a rank ended only when it has finished.
-        deadline = time.monotonic() + (6 if self.settings.on_this_host else 10)
-        while True:
-            ended = self.dead_process() is not None
-            output = self.launcher_output()
-            if ended or time.monotonic() > deadline:
-                break
-            if self.settings.on_this_host and launcher_report(output, by_pid)[0] is not None:
-                break
-            time.sleep(0.05)
-        aborted = self.deaths.aborted if self.deaths is not None else {}
-        if len(aborted) == 1:
-            (rank, code), = aborted.items()
-            return f"rank {rank} called Abort({code}) while {during}, which ends every rank"
-        if self.settings.on_this_host:
-            return f"{death_report(output, by_pid, dead)} while {during}. MPI cannot continue without it"
-        host_of = {rank: info["host"] for rank, info in self.ranks_info.items()}
-        if launcher_report(output, by_pid)[0] is None:
-            if lost := peer_loss_report(output, dead, host_of):
-                return f"{lost} while {during}. MPI cannot continue without it"
-            return self._stopped_answering(dead, during)  # a host or its network failed, or mpiexec runs on
-        return (f"{death_report(output, by_pid, dead, host_of)} while {during}. "
-                "MPI cannot continue without it")
-
-    def _why_batch_dead(self, dead: list[int], during: str) -> str:
-        for engine_set in self.cluster.engines.values():
-            failure = _slurm.failed_tasks(engine_set)
-            if failure is not None:
-                ranks, host, how = failure
-                return (f"{format_ranks(ranks, word=True)} on {host} died ({how}) while {during}. "
-                        "MPI cannot continue without them")
-        return self._stopped_answering(dead, during)
-
-    def _stopped_answering(self, dead: list[int], during: str) -> str:
-        hosts = sorted({self.ranks_info[rank]["host"] for rank in dead if rank in self.ranks_info})
-        where = f" on {', '.join(hosts)}" if hosts else ""
-        who = format_ranks(dead, word=True) if len(dead) < len(self.engine_of) else "the ranks"
-        one = who.startswith("rank ")
-        return (f"{who}{where} stopped answering while {during} ({'its process' if one else 'their processes'} "
-                f"ended, or {'its' if one else 'their'} host or its network failed). MPI cannot continue "
-                f"without {'it' if one else 'them'}")
-
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT to the ranks (a KeyboardInterrupt in the user code they run)."""
         self.signal(ranks, signal.SIGINT)
@@ -613,20 +529,14 @@ class Supervisor:
         self._local.close()
         self.engine_of.clear()
         self.ranks_info.clear()
-        tree = self._launched_processes()
+        tree = process_trees(self._processes)
         if client is not None:
             client.close()
         if cluster is not None:
             _stop_cluster(cluster)
         known = {proc.pid for proc in tree}
-        tree += [proc for proc in self._launched_processes() if proc.pid not in known]
-        alive = _still_running(tree, timeout=1.0)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        _still_running(alive, timeout=1.0)
+        tree += [proc for proc in process_trees(self._processes) if proc.pid not in known]
+        end_processes(tree, grace=1.0, ask_first=False)  # stopping the cluster asked them
         self._processes.clear()
         remove_files(self._mpi_files)
         self._mpi_files = set()
@@ -635,20 +545,6 @@ class Supervisor:
                 shutil.rmtree(folder, ignore_errors=True)
         self.stacks_folder = self.run_folder = None
         self._release_watchdog()
-
-    def _launched_processes(self) -> list[psutil.Process]:
-        """The launchers, their descendants, and every other process in their sessions: an
-        ``ssh`` that mpiexec started keeps its launcher's session when mpiexec dies before it."""
-        tree = []
-        for proc in self._processes:
-            try:
-                tree += [proc, *proc.children(recursive=True)]
-            except psutil.Error:
-                pass
-        # a leader's pid that now belongs to another process is not ours (see in_sessions)
-        leaders = {proc.pid for proc in self._processes if proc.is_running() or not psutil.pid_exists(proc.pid)}
-        known = {proc.pid for proc in tree}
-        return tree + [proc for proc in in_sessions(leaders) if proc.pid not in known]
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:
@@ -664,23 +560,6 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self._watchdog.kill()
         self._watchdog = None
-
-
-def _still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait up to ``timeout`` for ``procs`` to end; those still running. A zombie has ended: only
-    its parent can reap it (Open MPI's daemon leaves its ranks so when it is stopped first)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for proc in procs:
-            try:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.01)
 
 
 def _stop_cluster(cluster: Any) -> None:
@@ -715,19 +594,6 @@ def _parent(pid: int) -> int:
         return psutil.Process(pid).ppid()
     except psutil.Error:
         return 0
-
-
-def _process_state(pid: int) -> str | None:
-    """How a rank's process is, in words, if it still lives (``None`` if it ended)."""
-    try:
-        status = psutil.Process(pid).status()
-    except psutil.Error:
-        return None
-    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-        return None
-    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-        return "stopped (SIGSTOP, Ctrl-Z or a debugger)"
-    return "running (too busy to answer, or stuck in a call that holds Python's lock?)"
 
 
 def _has_exited(launcher: Any) -> bool:

@@ -1,6 +1,7 @@
 """Stops a pool's processes when the process that owns the pool dies, even by SIGKILL.
 
-Run as a script (not ``-m``) so that starting it imports nothing of mpinb. The owner keeps this
+Run as a script (not ``-m``) so that starting it imports nothing of mpinb but the standard-library
+:mod:`mpinb._leftovers` (and psutil once its owner is gone). The owner keeps this
 process's stdin open and writes ``watch PID...`` lines; end of file (which the
 kernel delivers when the owner dies) means: terminate those process trees, unlink the MPI
 shared memory their processes had mapped, and remove every path given by a ``sweep PATTERN``
@@ -15,39 +16,36 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterable
+import time
+from typing import TYPE_CHECKING
+
+if __name__ == "__main__":  # a script: its own checkout's (or installation's) mpinb, nothing else
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mpinb._leftovers import mpi_files, remove_files
+
+if TYPE_CHECKING:
+    import psutil
 
 
-def stop_trees(pids: set[int], grace: float = 1.0) -> set[tuple[str, int]]:
-    """SIGTERM each process, its descendants and the rest of its session, SIGKILL what is left
-    after ``grace`` seconds; the MPI shared-memory files that they had mapped."""
+def process_trees(leaders: list[psutil.Process]) -> list[psutil.Process]:
+    """These processes, their descendants, and every other process in the sessions they lead: an
+    ``ssh`` that mpiexec started keeps its launcher's session when mpiexec dies before it."""
     import psutil  # only now: the watchdog starts beside the ranks and must cost them nothing
-    procs = []
-    for pid in pids:
+
+    tree = []
+    for proc in leaders:
         try:
-            proc = psutil.Process(pid)
-            procs += [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            continue
-    known = {proc.pid for proc in procs}
-    procs += [proc for proc in in_sessions(pids) if proc.pid not in known]
-    segments = mpi_files(proc.pid for proc in procs)
-    for proc in procs:
-        try:
-            proc.terminate()
+            tree += [proc, *proc.children(recursive=True)]
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
-    return segments
+    # a leader's pid that now belongs to another process is not ours (see in_sessions)
+    sessions = {proc.pid for proc in leaders if proc.is_running() or not psutil.pid_exists(proc.pid)}
+    known = {proc.pid for proc in tree}
+    return tree + [proc for proc in in_sessions(sessions) if proc.pid not in known]
 
 
-def in_sessions(leaders: set[int]) -> list:
+def in_sessions(leaders: set[int]) -> list[psutil.Process]:
     """Every process in the sessions that these processes lead (each launcher has its own), also
     those whose parent has gone: an orphan keeps its session, and Linux reuses no session's id
     while a process is in it."""
@@ -63,7 +61,48 @@ def in_sessions(leaders: set[int]) -> list:
     return found
 
 
+def end_processes(procs: list[psutil.Process], grace: float = 1.0, ask_first: bool = True) -> None:
+    """SIGTERM each process (unless ``ask_first`` is false: they were already asked), SIGKILL
+    what is still running after ``grace`` seconds, and wait as long again for those to end."""
+    import psutil
+
+    if ask_first:
+        for proc in procs:
+            try:
+                proc.terminate()
+            except psutil.Error:
+                pass
+    alive = still_running(procs, grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    still_running(alive, grace)
+
+
+def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` for ``procs`` to end; those still running. A zombie has ended: only
+    its parent can reap it (Open MPI's daemon leaves its ranks so when it is stopped first)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for proc in procs:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
+
+
 def main() -> None:
+    import psutil
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupt is not for us
     watched: dict[int, str | None] = {}  # pid -> its start time, to know it if its pid is reused
     swept: list[str] = []
@@ -76,8 +115,17 @@ def main() -> None:
         elif command == "release":
             watched.clear()
             swept.clear()
-    segments = stop_trees({pid for pid, started in watched.items() if start_time(pid) in (started, None)})
-    remove_files(segments)
+    leaders = []
+    for pid, started in watched.items():
+        if start_time(pid) in (started, None):
+            try:
+                leaders.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+    procs = process_trees(leaders)
+    leftovers = mpi_files(proc.pid for proc in procs)  # while they still map them
+    end_processes(procs)
+    remove_files(leftovers)
     sweep(swept)
 
 
@@ -92,65 +140,6 @@ def sweep(patterns: list[str]) -> None:
                     os.unlink(path)
                 except OSError:
                     pass
-
-
-# Shared-memory files of MPICH and Open MPI. A rank unlinks them in MPI_Finalize, which ranks of
-# a pool never call (see rank/_engine_main.py): without this, every stopped pool left its
-# segments in /dev/shm (5 GB after a day of tests here).
-MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")
-# MPICH's hydra_pmi_proxy writes the host's topology to this file (the path is compiled in, no
-# TMPDIR) and removes it only when it exits in order: a killed mpiexec left one per pool.
-LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
-
-
-def mpi_files(pids: Iterable[int]) -> set[tuple[str, int]]:
-    """The MPI shared-memory files that these processes have mapped and the launchers' temporary
-    files that they hold open, as (path, inode)."""
-    pids = set(pids)
-    return mpi_segments(pids) | launcher_files(pids)
-
-
-def mpi_segments(pids: Iterable[int]) -> set[tuple[str, int]]:
-    """The MPI shared-memory files (path, inode) that these processes have mapped."""
-    found = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as handle:
-                for line in handle:
-                    fields = line.rstrip("\n").split(maxsplit=5)
-                    if len(fields) == 6 and fields[5].startswith(MPI_SEGMENT_PREFIXES):
-                        found.add((fields[5], int(fields[4])))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def launcher_files(pids: Iterable[int]) -> set[tuple[str, int]]:
-    """The launchers' temporary files (path, inode) that these processes hold open."""
-    found = set()
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                path = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if path.startswith(LAUNCHER_FILE_PREFIXES):
-                    found.add((path, os.stat(f"/proc/{pid}/fd/{fd}").st_ino))
-            except OSError:
-                continue
-    return found
-
-
-def remove_files(segments: set[tuple[str, int]]) -> None:
-    """Unlink each file that is still the one the ranks mapped (a new job may reuse its name)."""
-    for path, inode in segments:
-        try:
-            if os.stat(path).st_ino == inode:
-                os.unlink(path)
-        except OSError:
-            pass
 
 
 def start_time(pid: int) -> str | None:

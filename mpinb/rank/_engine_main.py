@@ -111,30 +111,12 @@ def _exit(code: object) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    _remove_mpi_segments()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
-
-
-def _remove_mpi_segments() -> None:
-    """Unlink the shared-memory files of MPI that this rank maps, as MPI_Finalize would: ranks on
-    this host that still map them keep them until they exit. (The pool also removes those of
-    ranks on its own host after they are gone, in case none got here.)"""
     try:
-        with open("/proc/self/maps") as handle:
-            mapped = {(fields[5], int(fields[4])) for fields in (line.split(maxsplit=5) for line in handle)
-                      if len(fields) == 6}
-    except (OSError, ValueError):
-        return
-    for path, inode in mapped:
-        path = path.strip()
-        # MPI_SEGMENT_PREFIXES of pool/_watchdog.py (this script imports nothing of mpinb)
-        if not path.startswith(("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")):
-            continue
-        try:
-            if os.stat(path).st_ino == inode:  # not a newer job's file of the same name
-                os.unlink(path)
-        except OSError:
-            pass
+        from mpinb._leftovers import remove_own_segments  # (the pool removes them too, if no rank got here)
+
+        remove_own_segments()
+    finally:
+        os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def _refuse_a_host_not_expected() -> None:
