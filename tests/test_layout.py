@@ -128,6 +128,23 @@ def test_the_trace_modules_import_each_other_without_a_cycle():
     assert leaf <= {"mpinb._events"}, f"trace/_arrays.py must stay a leaf; it imports {sorted(leaf)}"
 
 
+def test_no_module_imports_another_ones_private_names():
+    """A private module's API is its names without a leading underscore (as in mpi4py's
+    ``src/mpi4py/``): ``from ._calls import _where`` would make a private helper part of it.
+    Importing a private module (``from . import _objects``) is what private modules are for."""
+    wrong = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = path.parent.joinpath(*[".."] * (node.level - 1)).resolve()
+            module = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            wrong += [f"{_dotted(path)}: {alias.name} from {node.module or '.'}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")
+                      and not (module / f"{alias.name}.py").exists() and not (module / alias.name).is_dir()]
+    assert not wrong, f"private names imported from another module: {wrong}"
+
+
 # -- ipyparallel's and ipykernel's internals -------------------------------------------------------
 # What mpinb replaces on their classes (module-level `Class.method = ...` in mpinb), with the
 # parameters it expects, and the attributes its replacements read. A new release that renames one

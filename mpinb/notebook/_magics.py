@@ -334,11 +334,11 @@ class MPIMagics(Magics):
         if line.strip():
             raise UsageError("%%local takes no arguments")
         parallel = _autompi_enabled(self.shell)
-        _set_autompi(self.shell, False)  # the nested run must not send the cell to the ranks
+        set_autompi(self.shell, False)  # the nested run must not send the cell to the ranks
         try:
             _shell(self).run_cell(cell, store_history=False)
         finally:
-            _set_autompi(self.shell, parallel)
+            set_autompi(self.shell, parallel)
 
     @line_magic
     def autompi(self, line: str) -> None:
@@ -347,7 +347,7 @@ class MPIMagics(Magics):
         if arg not in ("", "on", "off"):
             raise UsageError("%autompi [on|off]")
         enable = (arg == "on") or (arg == "" and not _autompi_enabled(self.shell))
-        _set_autompi(self.shell, enable)
+        set_autompi(self.shell, enable)
         print("mpinb: every cell now runs on the pool (`%autompi off` to stop)" if enable
               else "mpinb: cells run in the notebook again")
 
@@ -409,7 +409,7 @@ def _autompi_enabled(shell) -> bool:
     return _autompi_transformer in shell.input_transformers_cleanup
 
 
-def _set_autompi(shell, enable: bool) -> None:
+def set_autompi(shell, enable: bool) -> None:
     if enable and not _autompi_enabled(shell):
         shell.input_transformers_cleanup.append(_autompi_transformer)
     elif not enable and _autompi_enabled(shell):
@@ -424,5 +424,5 @@ def load_ipython_extension(ipython) -> None:
 
 
 def unload_ipython_extension(ipython) -> None:
-    _set_autompi(ipython, False)
+    set_autompi(ipython, False)
     session.stop_pool()

@@ -18,7 +18,7 @@ from .. import __version__, rank
 from ..pool import Pool
 from . import _session as session
 from ._dap import RankDebugAdapter
-from ._magics import _set_autompi, runs_on_ranks
+from ._magics import runs_on_ranks, set_autompi
 
 ANSWER_WITHIN_S = 2.0  # completion of a busy pool gives up rather than freeze the editor
 
@@ -32,7 +32,7 @@ class MPIKernel(IPythonKernel):
         super().__init__(**kwargs)
         assert self.shell is not None, "IPythonKernel makes its shell in __init__"
         self.shell.run_line_magic("load_ext", "mpinb")
-        _set_autompi(self.shell, True)
+        set_autompi(self.shell, True)
         # JupyterLab's debugger panel works on the ranks (see _dap.py), not on this process
         self.rank_debugger = session.debug_adapter = RankDebugAdapter(self)
         try:

@@ -15,19 +15,19 @@ from ._recorder import RECORDER as _rec
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 
-_Intracomm = MPI.Intracomm
-_Request = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
-_NAN = float("nan")
-_BYTE = MPI.BYTE
+PlainIntracomm = MPI.Intracomm
+PlainRequest = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
+NAN = float("nan")
+BYTE = MPI.BYTE
 
 
-def _arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
+def arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
     if len(args) > position:
         return args[position]
     return kwargs.get(name, default)
 
 
-def _nbytes(spec) -> int:
+def nbytes(spec) -> int:
     """Size of an mpi4py buffer spec: an array, or ``[array, count, type]`` and friends."""
     if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
         return 0
@@ -35,16 +35,16 @@ def _nbytes(spec) -> int:
     if size is not None:
         return int(size)
     if isinstance(spec, (list, tuple)):
-        return _nbytes(spec[0]) if spec else 0
+        return nbytes(spec[0]) if spec else 0
     try:
         return memoryview(spec).nbytes
     except TypeError:
         return 0
 
 
-def _with_status(args: tuple, kwargs: dict, position: int):
+def with_status(args: tuple, kwargs: dict, position: int):
     """The user's status argument, or a fresh Status slipped in so that we can read the source."""
-    status = _arg(args, kwargs, position, "status")
+    status = arg(args, kwargs, position, "status")
     if status is not None:
         return args, kwargs, status
     status = MPI.Status()
@@ -55,7 +55,7 @@ def _with_status(args: tuple, kwargs: dict, position: int):
     return args, kwargs, status
 
 
-def _where(depth: int = 2) -> tuple[str, int]:
+def call_site(depth: int = 2) -> tuple[str, int]:
     try:
         frame = sys._getframe(depth)
     except ValueError:  # called from the top of a stack
@@ -63,27 +63,27 @@ def _where(depth: int = 2) -> tuple[str, int]:
     return frame.f_code.co_filename, frame.f_lineno
 
 
-def _peer_world(comm, peer) -> int | None:
+def peer_world(comm, peer) -> int | None:
     world = world_rank(_rec.comms.get(comm._mpinb_id), peer)
     return world if world >= 0 else None
 
 
-def _describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple[str, int], root=None):
+def describer(comm, op: str, kind: WaitKind, peer, tag, size: int, where: tuple[str, int], root=None):
     """What a wait is for, built only if the wait lasts (``_waiting`` calls it after spinning)."""
-    return _describe, (comm, op, kind, peer, tag, size, where, root)
+    return describe_wait, (comm, op, kind, peer, tag, size, where, root)
 
 
-def _describe(comm, op, kind, peer, tag, size, where, root) -> WaitState:
+def describe_wait(comm, op, kind, peer, tag, size, where, root) -> WaitState:
     return wait_state(op, kind, where, comm=comm._mpinb_id, members=_rec.comms.get(comm._mpinb_id),
-                      peer=_peer_world(comm, peer),
+                      peer=peer_world(comm, peer),
                       any_source=peer == MPI.ANY_SOURCE, tag=tag, nbytes=size,
-                      root=_peer_world(comm, root))
+                      root=peer_world(comm, root))
 
 
 _can_revoke = True  # whether this MPI implements ULFM's Comm.Revoke (asked once)
 
 
-def _revoked(comm) -> bool:
+def revoked(comm) -> bool:
     """Whether the user revoked ``comm`` (MPI's fault tolerance, ULFM): then the traced calls
     give way to MPI's own, which say ERR_REVOKED where a polled form or mpinb's copy of the
     communicator may not."""
@@ -97,14 +97,14 @@ def _revoked(comm) -> bool:
         return False
 
 
-def _named(method, base):
+def named(method, base):
     method.__name__ = base.__name__
     method.__qualname__ = f"TracedIntracomm.{base.__name__}"
     method.__doc__ = base.__doc__
     return method
 
 
-def _poll_result(call, done, describe):
+def poll_result(call, done, describe):
     """Poll ``call()`` until ``done(result)``; return that result."""
     box = [None]
 
@@ -116,16 +116,16 @@ def _poll_result(call, done, describe):
     return box[0]
 
 
-def _is_not_none(value) -> bool:
+def is_not_none(value) -> bool:
     return value is not None
 
 
-def _first(value) -> bool:
+def first_item(value) -> bool:
     return value[0]
 
 
 @contextmanager
-def _abandoned_if_broken(*requests, cancel: bool = False) -> Iterator[None]:
+def abandoned_if_broken(*requests, cancel: bool = False) -> Iterator[None]:
     """Requests still pending when the block is broken off (an interrupt) are abandoned
     (``cancel`` for receives: see ``_waiting.abandon``)."""
     try:
@@ -136,7 +136,7 @@ def _abandoned_if_broken(*requests, cancel: bool = False) -> Iterator[None]:
         raise
 
 
-class _TwinClass(type):
+class TwinClass(type):
     """The class of a twin equals (and hashes as) the mpi4py class it stands for, so that
     ``type(comm) == MPI.Cartcomm`` holds; subclasses of a twin class are classes of their own."""
 
@@ -150,7 +150,7 @@ class _TwinClass(type):
         return type.__hash__(cls.__dict__.get("_mpinb_plain", cls))
 
 
-def _converter(name: str):
+def converter(name: str):
     def convert(cls, value):
         return cls._twin_of(getattr(cls._mpinb_plain, name)(value))
     convert.__name__ = name

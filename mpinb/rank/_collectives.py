@@ -11,10 +11,12 @@ from time import perf_counter as _now
 from mpi4py import MPI
 
 from .._events import CART_DERIVING_CALLS, COLLECTIVE
-from . import _objects as _objects_module
-from ._calls import _NAN, _abandon, _arg, _describer, _Intracomm, _named, _nbytes, _poll, _Request, _revoked, _where
+from . import _objects
+from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, revoked
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
+from ._waiting import abandon as _abandon
+from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
 
@@ -27,20 +29,20 @@ def _shadow(comm) -> MPI.Intracomm:
     """
     shadow = comm._mpinb_shadow
     if shadow is None:
-        copy, request = _Intracomm.Idup(comm)
-        _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
-        shadow = comm._mpinb_shadow = _Intracomm(copy)  # a plain communicator: untraced
+        copy, request = PlainIntracomm.Idup(comm)
+        _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
+        shadow = comm._mpinb_shadow = PlainIntracomm(copy)  # a plain communicator: untraced
         if BLOCKING_AFTER_AGREEMENT:  # (while every member is here)
-            copy, request = _Intracomm.Idup(shadow)
-            _poll_request(request, None, _describer(comm, "Dup", "collective", None, -1, 0, _where(3)))
-            comm._mpinb_rehearsal = _revoked_copy(_Intracomm(copy))
+            copy, request = PlainIntracomm.Idup(shadow)
+            _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
+            comm._mpinb_rehearsal = _revoked_copy(PlainIntracomm(copy))
     return shadow
 
 
 def rehearsal_of(shadow: MPI.Intracomm) -> MPI.Intracomm | None:
     """For a twin made with every member there: the revoked copy that ``rehearse`` needs, where
     it needs one (see ``BLOCKING_AFTER_AGREEMENT``)."""
-    return _revoked_copy(_Intracomm(_Intracomm.Dup(shadow))) if BLOCKING_AFTER_AGREEMENT else None
+    return _revoked_copy(PlainIntracomm(PlainIntracomm.Dup(shadow))) if BLOCKING_AFTER_AGREEMENT else None
 
 
 def _revoked_copy(copy: MPI.Intracomm) -> MPI.Intracomm:
@@ -48,14 +50,14 @@ def _revoked_copy(copy: MPI.Intracomm) -> MPI.Intracomm:
     return copy
 
 
-def _exchange(comm, name: str, where, root) -> _objects_module.Exchange:
+def _exchange(comm, name: str, where, root) -> _objects.Exchange:
     """The messages of one collective call on ``comm``'s shadow, under a tag of their own.
 
     Members count their calls alike, so the k-th call has the same tag everywhere. After an
     aborted run (a new epoch) every count starts again: the aborted call may have been counted
     by some members only, and what it left in flight carries the old epoch's tags.
     """
-    return _objects_module.Exchange(_shadow(comm), _next_tag(comm), _describer(comm, name, "collective", None,
+    return _objects.Exchange(_shadow(comm), _next_tag(comm), describer(comm, name, "collective", None,
                                                                                -1, 0, where, root))
 
 
@@ -79,7 +81,7 @@ def set_epoch(generation: int) -> None:
     _epoch = generation
 
 
-def _agree(comm, name: str, root: int, where) -> None:
+def agree(comm, name: str, root: int, where) -> None:
     """Every member learns that every other is in the same collective (same root), or a
     mismatch raises on all of them: before each lowercase collective, barrier and call that
     makes a communicator. Once it returns, no member waits for one that never comes, so the
@@ -96,15 +98,15 @@ def _agree(comm, name: str, root: int, where) -> None:
         return
     shadow, tag = _shadow(comm), _next_tag(comm)
     rank = shadow.Get_rank()
-    describe = _describer(comm, name, "collective", None, -1, 0, where, None if root < 0 else root)
+    describe = describer(comm, name, "collective", None, -1, 0, where, None if root < 0 else root)
     mine = array("i", [agreed_code(name), root, 0])
     heard = array("i", mine)
     distance = 1
     while distance < size:
-        pair = [_Intracomm.Irecv(shadow, [heard, MPI.INT], (rank - distance) % size, tag),
-                _Intracomm.Isend(shadow, [mine, MPI.INT], (rank + distance) % size, tag)]
+        pair = [PlainIntracomm.Irecv(shadow, [heard, MPI.INT], (rank - distance) % size, tag),
+                PlainIntracomm.Isend(shadow, [mine, MPI.INT], (rank + distance) % size, tag)]
         try:
-            _poll(lambda: _Request.Testall(pair), describe)  # noqa: B023 - called within this round
+            _poll(lambda: PlainRequest.Testall(pair), describe)  # noqa: B023 - called within this round
         except BaseException:
             _abandon(pair[0], cancel=True)
             _abandon(pair[1])
@@ -146,7 +148,7 @@ def _rehearsal(comm) -> MPI.Intracomm:
 
 def agreement_channel(comm) -> tuple[MPI.Intracomm, int] | None:
     """Where the C tracer's agreement on ``comm``'s next call goes (the shadow, and the tag that
-    ``_agree`` would take), or ``None`` for a communicator of one."""
+    ``agree`` would take), or ``None`` for a communicator of one."""
     if comm.Get_size() == 1:
         return None
     return _shadow(comm), _next_tag(comm)
@@ -161,7 +163,7 @@ def disagreed(comm, name: str, root: int, file: str, line: int, code: int) -> Ru
     """After an agreement that found a difference (every member knows): all of them say who
     called what, and each gets the error that names it."""
     with _exchange(comm, name, (file, line), root) as exchange:
-        records = _objects_module.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+        records = _objects.allgather_bytes(exchange, array("i", [code, root]).tobytes())
     calls = [array("i", record) for record in records]
     return _mismatched(comm, [(_AGREED_CALLS[op], op_root) for op, op_root in calls])
 
@@ -183,12 +185,12 @@ def _mismatched(comm, calls: list[tuple[str, int]]) -> RuntimeError:
     )
 
 
-def _objects(comm, name: str, args: tuple, kwargs: dict, where, root):
+def pickled_collective(comm, name: str, args: tuple, kwargs: dict, where, root):
     """A lowercase collective, as polled messages of pickles on the shadow (see ``_objects``):
     its result, and the bytes this rank sent and received."""
     lock = MPI._comm_lock(comm, _LOCKED_AS.get(name, "@commctx_intra"))  # mpi4py's thread lock
     with _exchange(comm, name, where, root) as exchange, lock:
-        result = _objects_module.COLLECTIVES[name](exchange, *args, **kwargs)
+        result = _objects.PICKLED_COLLECTIVES[name](exchange, *args, **kwargs)
     return result, exchange.sent, exchange.received
 
 
@@ -199,9 +201,9 @@ _LOCKED_AS = {name: name for name in ("bcast", "gather", "scatter", "allgather",
 def _buffer_bytes(comm, args: tuple, kwargs: dict, bcast: bool, root) -> tuple[int, int]:
     """Bytes a buffer collective sends and receives on this rank, from its buffer specs."""
     if bcast:
-        size = _nbytes(_arg(args, kwargs, 0, "buf"))
+        size = nbytes(arg(args, kwargs, 0, "buf"))
         return (size, 0) if comm.Get_rank() == root else (0, size)
-    return _nbytes(_arg(args, kwargs, 0, "sendbuf")), _nbytes(_arg(args, kwargs, 1, "recvbuf"))
+    return nbytes(arg(args, kwargs, 0, "sendbuf")), nbytes(arg(args, kwargs, 1, "recvbuf"))
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -209,19 +211,19 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bool):
-    base = getattr(_Intracomm, name)
+    base = getattr(PlainIntracomm, name)
     bcast = name.lower().lstrip("i") == "bcast"
     agreed_only = name in ("barrier", "Barrier")  # a barrier moves no data: the agreement is all
     blocking_after_agreement = name in BLOCKING_AFTER_AGREEMENT
-    polled = None if lowercase or nonblocking else getattr(_Intracomm, "I" + name[0].lower() + name[1:])
+    polled = None if lowercase or nonblocking else getattr(PlainIntracomm, "I" + name[0].lower() + name[1:])
 
     def method(self, *args, **kwargs):
         rec = _rec
-        root = -1 if root_at is None else _arg(args, kwargs, root_at, "root", 0)
-        where = _where()
+        root = -1 if root_at is None else arg(args, kwargs, root_at, "root", 0)
+        where = call_site()
         start = _now()
         sent = received = 0
-        if (agreed_only or lowercase) and _revoked(self):
+        if (agreed_only or lowercase) and revoked(self):
             # mpinb's copy of the communicator knows nothing of it: MPI's own call says ERR_REVOKED
             return base(self, *args, **kwargs)
         if agreed_only:
@@ -229,19 +231,19 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
             # the program's (MPICH matches nonblocking ones, such as Iagree, by that sequence)
             if args or kwargs:
                 raise TypeError(f"{name}() takes no arguments")
-            _agree(self, name, root, where)
+            agree(self, name, root, where)
             result = None
         elif lowercase:
-            _agree(self, name, root, where)
-            result, sent, received = _objects(self, name, args, kwargs, where, root)
+            agree(self, name, root, where)
+            result, sent, received = pickled_collective(self, name, args, kwargs, where, root)
         elif blocking_after_agreement:
-            if not _revoked(self):
+            if not revoked(self):
                 rehearse(self, base, *args, **kwargs)
-                _agree(self, name, root, where)
+                agree(self, name, root, where)
             result = base(self, *args, **kwargs)
         elif polled is not None:
             request = polled(self, *args, **kwargs)
-            _poll_request(request, None, _describer(self, name, "collective", None, -1, 0, where, root))
+            _poll_request(request, None, describer(self, name, "collective", None, -1, 0, where, root))
             result = None
         else:
             result = base(self, *args, **kwargs)
@@ -252,14 +254,14 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         if not (lowercase or agreed_only):  # for those, the pickles' bytes were counted above
             sent, received = _buffer_bytes(self, args, kwargs, bcast, root)
         if nonblocking:
-            event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, _NAN, end, *where]
+            event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, NAN, end, *where]
             if recording:
                 rec.add(event)
             return TracedRequest._wrap(result, event, recording)
         rec.add((name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, end, end, *where))
         return result
 
-    return _named(method, base)
+    return named(method, base)
 
 
 # Reductions whose nonblocking forms combine the members' values in another order than the
@@ -277,13 +279,13 @@ BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if _REVOCABLE else frozenset()
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
 _AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS))  # the same codes on every rank
-_ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
+ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,
                 "Reduce_scatter_block": None, "Scan": None, "Exscan": None}
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
-    **{n: _collective(n, r, False, False) for n, r in _ROOTS_UPPER.items()},
+    **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},
     **{"I" + n[0].lower() + n[1:]: _collective("I" + n[0].lower() + n[1:], r, False, True)
-       for n, r in _ROOTS_UPPER.items()},
+       for n, r in ROOTS_UPPER.items()},
 }

@@ -18,9 +18,10 @@ from mpi4py import MPI
 
 from .. import _native
 from . import _objects, _p2p
-from ._calls import _describer, _poll
-from ._collectives import _ROOTS_UPPER, BLOCKING_AFTER_AGREEMENT, agreed_code, agreement_channel, disagreed, rehearse
+from ._calls import describer
+from ._collectives import BLOCKING_AFTER_AGREEMENT, ROOTS_UPPER, agreed_code, agreement_channel, disagreed, rehearse
 from ._waiting import POLLS_BEFORE_YIELD, SPIN_SECONDS, abandon
+from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
 tracer: ModuleType | None = None
@@ -63,16 +64,16 @@ def finish(request, status, held, comm, op: str, kind, peer: int, tag: int, size
     """A C call's request still pending after its spin: the polled wait (interruptible, described
     to the notebook) from here; ``held`` keeps the buffer alive if the wait is broken off."""
     collective = kind == "collective"
-    describe = _describer(comm, op, kind, None if collective else peer, tag, size, (file, line),
+    describe = describer(comm, op, kind, None if collective else peer, tag, size, (file, line),
                           root=peer if collective and peer >= 0 else None)
     _poll_request(request, status, describe, cancel=bool(cancel), keep=held)
 
 
 def finish_round(receive, send, held, comm, op: str, root: int, file: str, line: int) -> None:
     """A round of a C agreement still pending after its spin: polled from here, as
-    ``_collectives._agree`` polls its rounds; ``held`` keeps both messages if it is broken off."""
+    ``_collectives.agree`` polls its rounds; ``held`` keeps both messages if it is broken off."""
     pair = [receive, send]
-    describe = _describer(comm, op, "collective", None, -1, 0, (file, line), root=root if root >= 0 else None)
+    describe = describer(comm, op, "collective", None, -1, 0, (file, line), root=root if root >= 0 else None)
     try:
         _poll(lambda: MPI.Request.Testall(pair), describe)
     except BaseException:
@@ -97,7 +98,7 @@ def methods(python: dict) -> dict:
     if module is None:
         return {}
     made = {name: module.method(name, action, python[name]) for name, action in _POINT_TO_POINT.items()}
-    for name, root_at in _ROOTS_UPPER.items():
+    for name, root_at in ROOTS_UPPER.items():
         if name == "Barrier":  # a barrier is the members' agreement itself, in Python
             continue
         polled = getattr(MPI.Intracomm, "I" + name[0].lower() + name[1:])

@@ -272,7 +272,7 @@ def _prefixes(items: list, op: Callable) -> list:
     return items
 
 
-COLLECTIVES: dict[str, Callable] = {
+PICKLED_COLLECTIVES: dict[str, Callable] = {
     "bcast": bcast, "gather": gather, "scatter": scatter, "allgather": allgather,
     "alltoall": alltoall, "reduce": reduce, "allreduce": allreduce, "scan": scan, "exscan": exscan,
 }

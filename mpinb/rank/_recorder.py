@@ -7,6 +7,7 @@ event objects alike, in call order; without it, a Python list does.
 from __future__ import annotations
 
 import time
+from types import ModuleType
 
 from mpi4py import MPI
 
@@ -22,7 +23,7 @@ class Recorder:
     def __init__(self, capacity: int = DEFAULT_CAPACITY):
         self.on = False
         self.capacity = capacity
-        self.native = None  # the C tracer's module, whose buffer then holds the events
+        self.native: ModuleType | None = None  # the C tracer's module, whose buffer then holds the events
         self.events: list = []
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members

@@ -10,20 +10,20 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, WAIT, world_rank
 from .._protocol import WaitState, wait_state
-from ._calls import _BYTE, _converter, _first, _poll_result, _Request, _TwinClass, _where
+from ._calls import BYTE, PlainRequest, TwinClass, call_site, converter, first_item, poll_result
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
 
-class _RequestMeta(_TwinClass):
+class _RequestMeta(TwinClass):
     """``isinstance(r, MPI.Request)`` stays true for every request once MPI.Request is ours."""
 
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, _Request) if cls is TracedRequest else type.__instancecheck__(cls, obj)
+        return isinstance(obj, PlainRequest) if cls is TracedRequest else type.__instancecheck__(cls, obj)
 
     def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, _Request) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
+        return issubclass(sub, PlainRequest) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
 
 
 def _traced(request) -> bool:
@@ -32,7 +32,7 @@ def _traced(request) -> bool:
     return getattr(request, "_event", None) is not None
 
 
-class TracedRequest(_Request, metaclass=_RequestMeta):
+class TracedRequest(PlainRequest, metaclass=_RequestMeta):
     """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
     be interrupted), and whose completion fills in its call's event (for a receive: the actual
     source, tag and size). A traced call's request takes over mpi4py's (its handle and the
@@ -40,8 +40,8 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     _what: list | None = None   # the call that made it, for the status channel
     _event: list | None = None  # its event, until completion fills it in
-    _mpinb_plain = _Request
-    fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
+    _mpinb_plain = PlainRequest
+    fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")
 
     @classmethod
     def _twin_of(cls, request):
@@ -74,12 +74,12 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
         self._event = None
         event[8] = _now()
         if event[1] == RECV:  # the status tells source, tag and size (a pickle's, for irecv)
-            event[3], event[4], event[6] = status.Get_source(), status.Get_tag(), status.Get_count(_BYTE)
+            event[3], event[4], event[6] = status.Get_source(), status.Get_tag(), status.Get_count(BYTE)
 
     # single request
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where, traced = _now(), _where(), _traced(self)
+        start, where, traced = _now(), call_site(), _traced(self)
         what = getattr(self, "_what", None)  # a plain request (an untraced call's) has none
         receive = what is not None and what[1] == RECV
         _poll_request(self, mine, (self._describe, (where,)), cancel=receive)  # its Test() may end the event
@@ -88,8 +88,8 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     def wait(self, status=None):
         mine = status if status is not None else MPI.Status()
-        start, where, traced = _now(), _where(), _traced(self)
-        _, value = _poll_result(lambda: _Request.test(self, mine), _first, (self._describe, (where,)))
+        start, where, traced = _now(), call_site(), _traced(self)
+        _, value = poll_result(lambda: PlainRequest.test(self, mine), first_item, (self._describe, (where,)))
         self._finished("wait", start, mine, where, traced)
         return value
 
@@ -101,18 +101,18 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     def Test(self, status=None):
         if not _rec.on or not _traced(self):
-            return _Request.Test(self, status)
+            return PlainRequest.Test(self, status)
         mine = status if status is not None else MPI.Status()
-        flag = _Request.Test(self, mine)
+        flag = PlainRequest.Test(self, mine)
         if flag:
             self._done(mine)
         return flag
 
     def test(self, status=None):
         if not _rec.on or not _traced(self):
-            return _Request.test(self, status)
+            return PlainRequest.test(self, status)
         mine = status if status is not None else MPI.Status()
-        flag, value = _Request.test(self, mine)
+        flag, value = PlainRequest.test(self, mine)
         if flag:
             self._done(mine)
         return flag, value
@@ -120,9 +120,9 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     # many requests: polled
     @classmethod
     def Waitall(cls, requests, statuses=None):
-        start, where = _now(), _where()
+        start, where = _now(), call_site()
         statuses = _statuses_for(requests, statuses)
-        _poll(lambda: _Request.Testall(requests, statuses), _many("Waitall", requests, where))
+        _poll(lambda: PlainRequest.Testall(requests, statuses), _many("Waitall", requests, where))
         _done_all(requests, statuses)
         if _rec.on:
             _log_wait("Waitall", start, where)
@@ -130,9 +130,9 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
 
     @classmethod
     def waitall(cls, requests, statuses=None):
-        start, where = _now(), _where()
+        start, where = _now(), call_site()
         statuses = _statuses_for(requests, statuses)
-        _, values = _poll_result(lambda: _Request.testall(requests, statuses), _first,
+        _, values = poll_result(lambda: PlainRequest.testall(requests, statuses), first_item,
                                  _many("waitall", requests, where))
         _done_all(requests, statuses)
         if _rec.on:
@@ -142,7 +142,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Testall(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        flag = _Request.Testall(requests, statuses)
+        flag = PlainRequest.Testall(requests, statuses)
         if flag:
             _done_all(requests, statuses)
         return flag
@@ -150,24 +150,24 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def testall(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        flag, values = _Request.testall(requests, statuses)
+        flag, values = PlainRequest.testall(requests, statuses)
         if flag:
             _done_all(requests, statuses)
         return flag, values
 
     @classmethod
     def Waitany(cls, requests, status=None):
-        return _wait_any("Waitany", _Request.Testany, requests, status)[0]
+        return _wait_any("Waitany", PlainRequest.Testany, requests, status)[0]
 
     @classmethod
     def waitany(cls, requests, status=None):
-        index, _, value = _wait_any("waitany", _Request.testany, requests, status)
+        index, _, value = _wait_any("waitany", PlainRequest.testany, requests, status)
         return index, value
 
     @classmethod
     def Testany(cls, requests, status=None):
         mine = status if status is not None or not _rec.on else MPI.Status()
-        index, flag = _Request.Testany(requests, mine)
+        index, flag = PlainRequest.Testany(requests, mine)
         if flag:
             _done_at(requests, index, mine)
         return index, flag
@@ -175,7 +175,7 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def testany(cls, requests, status=None):
         mine = status if status is not None or not _rec.on else MPI.Status()
-        index, flag, value = _Request.testany(requests, mine)
+        index, flag, value = PlainRequest.testany(requests, mine)
         if flag:
             _done_at(requests, index, mine)
         return index, flag, value
@@ -183,30 +183,30 @@ class TracedRequest(_Request, metaclass=_RequestMeta):
     @classmethod
     def Waitsome(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        indices = _poll_result(lambda: _Request.Testsome(requests, statuses), _some_done,
-                               _many("Waitsome", requests, _where()))
+        indices = poll_result(lambda: PlainRequest.Testsome(requests, statuses), _some_done,
+                               _many("Waitsome", requests, call_site()))
         _done_some(requests, indices, statuses)
         return indices
 
     @classmethod
     def waitsome(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        indices, values = _poll_result(lambda: _Request.testsome(requests, statuses), _first_some_done,
-                                       _many("waitsome", requests, _where()))
+        indices, values = poll_result(lambda: PlainRequest.testsome(requests, statuses), _first_some_done,
+                                       _many("waitsome", requests, call_site()))
         _done_some(requests, indices, statuses)
         return indices, values
 
     @classmethod
     def Testsome(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        indices = _Request.Testsome(requests, statuses)
+        indices = PlainRequest.Testsome(requests, statuses)
         _done_some(requests, indices, statuses)
         return indices
 
     @classmethod
     def testsome(cls, requests, statuses=None):
         statuses = _statuses_for(requests, statuses)
-        indices, values = _Request.testsome(requests, statuses)
+        indices, values = PlainRequest.testsome(requests, statuses)
         _done_some(requests, indices, statuses)
         return indices, values
 
@@ -218,24 +218,24 @@ Request.__name__ = Request.__qualname__ = "Request"
 def _plain_request(request) -> MPI.Request:
     """Unpickles a copy of mpi4py's own Request class (pickle cannot name that class while
     ``MPI.Request`` is the traced one)."""
-    return _Request(request)
+    return PlainRequest(request)
 
 
 def _reduce_plain_request(request):
     reduced = request.__reduce__()
-    if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is _Request:
+    if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is PlainRequest:
         return _plain_request, reduced[1][1:]
     return reduced
 
 
-copyreg.pickle(_Request, _reduce_plain_request)
+copyreg.pickle(PlainRequest, _reduce_plain_request)
 
 
 def _wait_any(name: str, test_any, requests, status):
     """Poll ``test_any`` (mpi4py's ``Testany`` or ``testany``) until one request completes, and
-    record it; returns what the successful test returned. ``_where(3)``: the user's line."""
+    record it; returns what the successful test returned. ``call_site(3)``: the user's line."""
     status = status if status is not None else MPI.Status()
-    found = _poll_result(lambda: test_any(requests, status), _second, _many(name, requests, _where(3)))
+    found = poll_result(lambda: test_any(requests, status), _second, _many(name, requests, call_site(3)))
     _done_at(requests, found[0], status)
     return found
 

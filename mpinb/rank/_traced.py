@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import copyreg
 from time import perf_counter as _now
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
 from . import _native
-from ._calls import _converter, _Intracomm, _named, _TwinClass, _where
-from ._collectives import COLLECTIVES, _agree, rehearsal_of
+from ._calls import PlainIntracomm, TwinClass, call_site, converter, named
+from ._collectives import COLLECTIVES, agree, rehearsal_of
 from ._p2p import P2P
 from ._recorder import RECORDER as _rec
 
@@ -46,15 +47,15 @@ def _world_ranks(comm) -> list[int]:
         group.Free()
 
 
-def _derived(name: str, owner=_Intracomm):
+def _derived(name: str, owner=PlainIntracomm):
     base = getattr(owner, name)
     kind = "group" if name in LOCAL_DERIVING_CALLS else ""
 
     def method(self, *args, **kwargs):
-        where = _where()
+        where = call_site()
         start = _now()
         if not kind:  # every member of self takes part: agree first, so that a mismatch can be seen
-            _agree(self, name, -1, where)
+            agree(self, name, -1, where)
         new = base(self, *args, **kwargs)
         if _rec.on:
             end = _now()
@@ -71,7 +72,7 @@ def _derived(name: str, owner=_Intracomm):
                else f"{self._mpinb_id}.{number}@{members[0]}")
         return traced(new, cid, members)
 
-    return _named(method, base)
+    return named(method, base)
 
 
 def traced(comm, cid: str | None = None, members: list[int] | None = None, constant: bool = False,
@@ -87,12 +88,12 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
         (twin for plain, twin in _TWIN_OF_CLASS.items() if isinstance(comm, plain)), None)
     if twin_class is None:
         return comm  # intercommunicators pass through untouched
-    twin = comm if isinstance(comm, _TWINS) else twin_class(comm)
+    twin: Any = comm if isinstance(comm, _TWINS) else twin_class(comm)  # it grows mpinb's attributes
     twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
     _id_of_handle[twin.handle] = twin._mpinb_id
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
-        shadow = _Intracomm(_Intracomm.Dup(twin))
+        shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
         if (rehearsal := rehearsal_of(shadow)) is not None:
             twin._mpinb_rehearsal = rehearsal
     twin._mpinb_shadow = shadow
@@ -111,14 +112,20 @@ def _handle_id(comm) -> str:
     return f"comm{comm.handle:x}@{_world_ranks(comm)[0]}"
 
 
-class _TwinMixin:
+if TYPE_CHECKING:  # each twin class puts mpi4py's class after the mixin (see _twin_class)
+    _MixedInto = MPI.Intracomm
+else:
+    _MixedInto = object
+
+
+class _TwinMixin(_MixedInto):
     """What every traced communicator adds to mpi4py's class: its id, and a private copy of
     itself for mpinb's own traffic, freed together with it."""
 
     _mpinb_shadow = None
     _mpinb_constant = False
     _mpinb_epoch, _mpinb_calls = -1, 0  # collective calls counted for tags (see ``_exchange``)
-    fromhandle, f2py, fromint = _converter("fromhandle"), _converter("f2py"), _converter("fromint")
+    fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")
 
     @classmethod
     def _twin_of(cls, comm):
@@ -181,7 +188,7 @@ def _world():
 
 def _copy_of_world():
     """Unpickles ``MPI.Intracomm(MPI.COMM_WORLD)``, also once the world is a fresh one."""
-    return _Intracomm(MPI.COMM_WORLD)
+    return PlainIntracomm(MPI.COMM_WORLD)
 
 
 def _reduce_plain_intracomm(comm):
@@ -196,7 +203,7 @@ def _reduce_plain_intracomm(comm):
     return comm.__reduce__()
 
 
-copyreg.pickle(_Intracomm, _reduce_plain_intracomm)
+copyreg.pickle(PlainIntracomm, _reduce_plain_intracomm)
 
 
 _METHODS = {**P2P, **COLLECTIVES, **{n: _derived(n) for n in DERIVING_CALLS}}
@@ -208,19 +215,19 @@ _rec.native = _native.tracer
 def _twin_class(plain: type, extra: dict) -> type:
     # Named as mpi4py's own class (``type(comm).__name__`` is what it is under mpiexec); pickle
     # finds it by that name in this module (see the aliases below).
-    return _TwinClass(plain.__name__, (_TwinMixin, plain), {
+    return TwinClass(plain.__name__, (_TwinMixin, plain), {
         **_METHODS, **extra, "_mpinb_plain": plain,
         "__doc__": f"An ``MPI.{plain.__name__}`` that records the MPI calls made through it.",
         "__module__": __name__,
     })
 
 
-TracedIntracomm = _twin_class(_Intracomm, {})
+TracedIntracomm = _twin_class(PlainIntracomm, {})
 TracedCartcomm = _twin_class(MPI.Cartcomm, {"Sub": _derived("Sub", MPI.Cartcomm)})
 TracedGraphcomm = _twin_class(MPI.Graphcomm, {})
 TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {})
 # most derived first: a Cartcomm is an Intracomm too
 _TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
-                  MPI.Distgraphcomm: TracedDistgraphcomm, _Intracomm: TracedIntracomm}
+                  MPI.Distgraphcomm: TracedDistgraphcomm, PlainIntracomm: TracedIntracomm}
 _PLAIN_CLASSES, _TWINS = tuple(_TWIN_OF_CLASS), tuple(_TWIN_OF_CLASS.values())
 Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm

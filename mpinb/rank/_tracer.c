@@ -775,7 +775,7 @@ static PyObject *do_recv_object(Method *m, PyObject *const *args, size_t nargsf,
     return finish_receive(m, self, &status, theirs, start, code, where, result);
 }
 
-/* Bytes of a buffer spec as mpinb._calls._nbytes counts them: an array's, or a spec's first item's. */
+/* Bytes of a buffer spec as mpinb.rank._calls.nbytes counts them: an array's, or a spec's first item's. */
 static long long nbytes(PyObject *spec) {
     if (spec == NULL || spec == Py_None) return 0;
     if ((PyList_Check(spec) || PyTuple_Check(spec)))
@@ -791,7 +791,7 @@ static long long nbytes(PyObject *spec) {
     return size;
 }
 
-/* The members' agreement that each is in this call, with this root: _collectives._agree's, in C.
+/* The members' agreement that each is in this call, with this root: _collectives.agree's, in C.
  * The same messages, tags and rounds, so a member that takes the Python path agrees with one on
  * this one. A round still pending after the spin is waited for by Python (interruptible, and
  * described to the notebook); a difference found is said by Python. 0, or -1 with an error. */

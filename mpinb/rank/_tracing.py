@@ -5,18 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from mpi4py import MPI
 
-from ._calls import _Request
+from ._calls import PlainRequest
 from ._collectives import set_epoch
 from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
 from ._traced import traced
 
 _plain_world = MPI.COMM_WORLD
-_traced_world = None
-_housekeeping = None  # mpinb's own copy of the world, never touched by user code
+_traced_world: Any = None  # the world's twin (it carries mpinb's attributes)
+_housekeeping: MPI.Intracomm | None = None  # mpinb's own copy of the world, never touched by user code
 
 
 def install(namespace: dict) -> None:
@@ -81,7 +82,7 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     if own_calls["started"] != own_calls["completed"]:
         return "one of mpinb's own collectives was broken off on this rank"
     try:
-        copy, request = _housekeeping.Idup()
+        copy, request = housekeeping().Idup()
     except MPI.Exception as err:  # out of communicators, for one (MPICH has about 2,000)
         return f"MPI could not copy the world: {err}"
     if not complete_own(request, timeout):
@@ -97,18 +98,19 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world
+    # mpi4py's stubs declare its constants final; mpinb replaces them on purpose, for user code
     if MPI.COMM_WORLD is old_traced:
-        MPI.COMM_WORLD = _traced_world
+        MPI.COMM_WORLD = _traced_world  # type: ignore[misc]
     elif MPI.COMM_WORLD is old_plain:
-        MPI.COMM_WORLD = _plain_world
+        MPI.COMM_WORLD = _plain_world  # type: ignore[misc]
     generation = new_generation
     return None
 
 
 def _use(namespace: dict, traced_calls: bool) -> None:
     old, new = (_plain_world, _traced_world) if traced_calls else (_traced_world, _plain_world)
-    MPI.COMM_WORLD = new
-    MPI.Request = TracedRequest if traced_calls else _Request
+    MPI.COMM_WORLD = new  # type: ignore[misc]  # on purpose: user code finds the twin there
+    MPI.Request = TracedRequest if traced_calls else PlainRequest  # type: ignore[misc]
     if namespace.get("comm") is old:
         namespace["comm"] = new
 
