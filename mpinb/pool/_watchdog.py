@@ -101,8 +101,6 @@ def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Pr
 
 
 def main() -> None:
-    import psutil
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupt is not for us
     watched: dict[int, str | None] = {}  # pid -> its start time, to know it if its pid is reused
     swept: list[str] = []
@@ -115,6 +113,8 @@ def main() -> None:
         elif command == "release":
             watched.clear()
             swept.clear()
+    import psutil  # only now that the owner is gone: the watchdog starts beside the ranks
+
     leaders = []
     for pid, started in watched.items():
         if start_time(pid) in (started, None):
