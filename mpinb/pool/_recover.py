@@ -163,12 +163,12 @@ def explain(supervisor: Supervisor, recovery: Recovery, sources: dict[str, str],
     if recovery.dead:
         return why_dead(supervisor, recovery.dead)
     if recovery.stuck:
-        stacks = (_stacks.read_stacks(supervisor.stacks_folder, recovery.stuck, supervisor.ask_for_stacks,
-                                       supervisor.answer_within(2.0))
-                  if supervisor.stacks_folder else {rank: None for rank in recovery.stuck})
+        # Asked live first: a rank blocked in MPI has released Python's lock and answers on the
+        # control channel; only a rank that holds it (a long C call) is read from outside.
+        stacks = _stacks.collect(supervisor, recovery.stuck, sources)
         places: dict[str, list[int]] = {}
         for rank in recovery.stuck:
-            places.setdefault(_stacks.where(stacks[rank], sources), []).append(rank)
+            places.setdefault(_stacks.where(stacks[rank].frames or None, sources), []).append(rank)
         said = say("; ").join(say("{ranks} ({place})", ranks=format_ranks(ranks, word=True), place=place)
                               for place, ranks in places.items())
         return say("{stuck} did not stop within {seconds} s of the interrupt: an interrupt cannot break off "
