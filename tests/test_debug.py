@@ -12,6 +12,7 @@ import time
 import pytest
 
 import mpinb
+from mpinb._colors import ODD
 from mpinb.pool._launch import plain_mpiexec
 
 RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
@@ -255,7 +256,7 @@ def test_inspect_finds_the_one_rank_whose_array_differs(pool4):
     text = seen.text()
     assert text.startswith("grid on 4 ranks: rank 2 differs from the others"), text
     assert "first: [1, 2]: -1 vs 6" in text, text
-    assert "#e8822a" in seen._repr_html_(), "the rank that differs is drawn in orange"
+    assert ODD in seen._repr_html_(), "the rank that differs is drawn in orange"
     assert pool4.inspect("grid.sum() - grid[1, 2]").agree
 
 

@@ -366,6 +366,39 @@ def test_busy_until_one_rule_for_every_view():
     assert [round(e["dur"]) for e in chrome] == [100_000, 1_000_000, 500_000]
 
 
+def test_the_static_diagram_draws_each_layer_in_the_views_colours():
+    import re
+
+    from mpinb._colors import KIND_COLORS, PATH_COLOR, WAIT_COLOR
+    from mpinb.trace._svg import space_time_svg
+
+    trace = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.5), _event("Recv", RECV, 1, 1, 4.0, 9.0, received=8)],
+                    1: [_event("Recv", RECV, 0, 0, 0.5, 2.0), _event("Send", SEND, 0, 1, 8.5, 8.6, sent=8)]})
+    svg = space_time_svg(trace, width=1000)
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count("<text") == 2 + 4 + 1, "two lane labels, four kinds in the legend, the note"
+    for kind in (SEND, RECV):
+        assert f'fill="{KIND_COLORS[kind]}"' in svg
+    assert svg.count("<line") == 2, "one arrow per message"
+    assert f'fill="{WAIT_COLOR}"' in svg, "rank 1 waited for its message, rank 0 for its late sender"
+    assert svg.count("<polyline") == 1 and f'stroke="{PATH_COLOR}"' in svg
+    assert re.search(r">10000\.00 ms, 4 calls, 2 messages<", svg), "the run's length and what it holds"
+    stopped = _trace({0: [_event("Recv", RECV, 1, 0, 1.0, 3.0)], 1: [_event("Recv", RECV, 0, 0, 1.0, 3.0)]})
+    stopped.events["open"][:] = 1
+    drawn = space_time_svg(stopped)
+    assert drawn.count('stroke-dasharray="4 3"') == 2 + 2, "each open call's box, and a line to its peer"
+
+
+def test_one_palette_for_python_and_the_widgets():
+    from mpinb import _colors
+    from mpinb._events import KIND_NAMES
+
+    assert len(_colors.KIND_COLORS) == len(KIND_NAMES)
+    assert [_colors.WIDGET_COLORS[f"kind-{name}"] for name in KIND_NAMES] == list(_colors.KIND_COLORS)
+    assert _colors.rank_color(11) == _colors.PALETTE[1]
+    assert _colors.tint("#4e79a7", 0.5) == "rgba(78,121,167,0.5)"
+
+
 # -- results ---------------------------------------------------------------------------------------
 
 def _failure(kind: str) -> RankFailure:

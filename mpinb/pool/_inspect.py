@@ -11,6 +11,7 @@ import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._colors import BLUE, ODD, tint
 from .._language import say
 from .._ranges import format_ranks
 from . import _channel
@@ -94,7 +95,7 @@ class Inspection:
         body = []
         for (ranks, kind, stats, value), group in zip(self.rows(), [*self.groups(), *[None] * len(self.failures)]):
             differs = group is None or any(rank in odd for rank in group[0])
-            style = " style='background:#fde2c8'" if differs else ""
+            style = f" style='background:{tint(ODD, 0.3)}'" if differs else ""
             body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in (ranks, kind, stats))
                         + f"<td><code>{html.escape(value)}</code></td></tr>")
         differences = "".join(f"<li>{html.escape(line)}</li>" for line in self.differences)
@@ -118,12 +119,12 @@ class Inspection:
         shapes = []
         for i, (rank, value) in enumerate(sorted(values.items())):
             size = abs(value) / top * (height - 14)
-            colour = "#e8822a" if rank in odd else "#4a7fb5"
+            colour = ODD if rank in odd else BLUE
             shapes.append(f"<rect x='{i * bar}' y='{height - 12 - size:.1f}' width='{bar - 1}' height='{size:.1f}' "
                           f"fill='{colour}'><title>rank {rank}: {value:g}</title></rect>")
         label = "value" if all("value" in s for s in self.summaries.values()) else "norm"
         return (f"<svg width='{width}' height='{height}' role='img' aria-label='{label} per rank'>{''.join(shapes)}"
-                f"<text x='0' y='{height - 1}' font-size='10'>{label} per rank</text></svg>")
+                f"<text x='0' y='{height - 1}' font-size='10' fill='currentColor'>{label} per rank</text></svg>")
 
 
 def inspect(supervisor: Supervisor, ranks: list[int], expression: str) -> Inspection:

@@ -8,15 +8,8 @@ from __future__ import annotations
 
 import html
 
+from .._colors import ERROR, rank_color, text_color
 from .._ranges import format_ranks
-
-# Colour-blind friendly qualitative palette (Tableau 10); the widget uses the same one.
-COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
-          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
-
-
-def color(rank: int) -> str:
-    return COLORS[rank % len(COLORS)]
 
 
 def grouped_values(ranks: list[int], values: dict[int, str]) -> list[tuple[list[int], str]]:
@@ -74,10 +67,11 @@ def as_html(ranks, stdout, stderr, outputs, values) -> str:
     rows = []
     for group in grouped_output(ranks, stdout, stderr, outputs):
         first, label = group[0], format_ranks(group)
-        tag = f'<span style="color:{color(first)};font-weight:bold">[{label}]</span> '
-        err = f'<span style="color:{color(first)};font-weight:bold">[{label}:err]</span> '
+        label_style = f"color:{text_color(rank_color(first))};font-weight:bold"
+        tag = f'<span style="{label_style}">[{label}]</span> '
+        err = f'<span style="{label_style}">[{label}:err]</span> '
         text = [tag + html.escape(line) for line in stdout.get(first, "").splitlines()]
-        text += [err + f'<span style="color:#c00">{html.escape(line)}</span>'
+        text += [err + f'<span style="color:{text_color(ERROR)}">{html.escape(line)}</span>'
                  for line in stderr.get(first, "").splitlines()]
         if text:
             rows.append('<pre style="margin:0">' + "\n".join(text) + "</pre>")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from .._colors import ERROR, GREEN, tint
 from .._language import say
 from ..errors import MPIHangError
 from ._exercises import EXERCISES, Exercise
@@ -32,11 +33,12 @@ class CheckResult:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        colour, border = ("#e6f4ea", "#34a853") if self.passed else ("#fdecea", "#d93025")
+        border = GREEN if self.passed else ERROR
         head, *rest = str(self).splitlines()
         items = "".join(f"<li>{html.escape(line.strip()[2:])}</li>" for line in rest)
         body = f"<ul style='margin:4px 0'>{items}</ul>" if items else ""
-        return (f"<div style='background:{colour};border-left:4px solid {border};padding:6px 10px'>"
+        return (f"<div class='mpinb-check' style='background:{tint(border, 0.15)};border-left:4px solid {border};"
+                "padding:6px 10px'>"
                 f"<b>{html.escape(head)}</b>{body}</div>")
 
 

@@ -1,12 +1,15 @@
-"""A static space-time diagram as SVG: what saved notebooks and nbconvert output keep."""
+"""A static space-time diagram as SVG: what saved notebooks and nbconvert output keep (on a
+light page: a static picture cannot follow the notebook's theme)."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._colors import KIND_COLORS, PATH_COLOR, WAIT_COLOR
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
 from .._ranges import format_ranks
 from ._arrays import busy_until
@@ -15,82 +18,124 @@ from ._waits import explain
 if TYPE_CHECKING:
     from ._trace import Trace
 
-# The same colours as trace.js.
-KIND_COLORS = {SEND: "#4e79a7", RECV: "#59a14f", COLLECTIVE: "#f28e2b", WAIT: "#9c755f", 4: "#bab0ac"}
-WAIT_COLOR = "#d62728"
-PATH_COLOR = "#b0151a"
 MAX_ARROWS = 1000
+_LEFT, _RIGHT, _TOP = 60, 10, 18
+_LANE_COLOR = "#f3f3f3"
+_TEXT_COLOR = "#333"
+
+
+@dataclass
+class _Frame:
+    """Where things go: a lane per rank, time from 0 to ``t_end`` across the width."""
+
+    width: int
+    lane: int
+    t_end: float
+    y_of: dict[int, float]
+
+    def x(self, t: float) -> float:
+        return _LEFT + t * (self.width - _LEFT - _RIGHT) / self.t_end
+
+    def middle(self, rank: int) -> float:
+        return self.y_of[rank] + self.lane / 2
 
 
 def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float | None = None) -> str:
     """Lanes per rank, MPI calls as boxes (merged below one pixel), an arrow per message; the time
-    axis ends at ``t_end`` (runs compared side by side share one) or at the run's end."""
-    left, right, top = 60, 10, 18
+    axis ends at ``t_end`` (runs compared side by side share one) or at the run's end. Drawn in
+    layers, bottom to top, as trace.js draws its canvas."""
     ranks = trace.ranks
-    height = top + lane * len(ranks) + 24
+    height = _TOP + lane * len(ranks) + 24
     t_end = t_end or max((end for _, end in trace.span.values()), default=0.0) or 1e-9
-    scale = (width - left - right) / t_end
-    y_of = {rank: top + i * lane for i, rank in enumerate(ranks)}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">']
-    for rank in ranks:
-        y = y_of[rank]
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{width - left - right}" height="{lane - 6}" '
-                     'fill="#f3f3f3"/>')
-        parts.append(f'<text x="4" y="{y + lane / 2 + 4}">rank {rank}</text>')
+    frame = _Frame(width, lane, t_end, {rank: _TOP + i * lane for i, rank in enumerate(ranks)})
+    messages = trace.messages()
+    layers = [_lanes(frame), _calls(frame, trace), _waits(frame, trace), _unfinished(frame, trace),
+              _path(frame, trace), _arrows(frame, messages), _legend(frame, height, len(trace.events), messages)]
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'font-family="sans-serif" font-size="11">{"".join(part for layer in layers for part in layer)}</svg>')
+
+
+def _lanes(frame: _Frame) -> list[str]:
+    parts = []
+    for rank, y in frame.y_of.items():
+        parts.append(f'<rect x="{_LEFT}" y="{y + 3}" width="{frame.width - _LEFT - _RIGHT}" height="{frame.lane - 6}" '
+                     f'fill="{_LANE_COLOR}"/>')
+        parts.append(f'<text x="4" y="{y + frame.lane / 2 + 4}" fill="{_TEXT_COLOR}">rank {rank}</text>')
+    return parts
+
+
+def _calls(frame: _Frame, trace: Trace) -> list[str]:
+    """A box per call, those narrower than a pixel merged into that pixel; broken-off calls open."""
     events = trace.events
     stops = busy_until(events)
-    for rank in ranks:
-        mine = np.nonzero(events["rank"] == rank)[0]
+    parts = []
+    for rank, y in frame.y_of.items():
         last_pixel = -1
-        for i in mine:
-            x0 = left + events["start"][i] * scale
-            x1 = left + stops[i] * scale
+        for i in np.nonzero(events["rank"] == rank)[0]:
+            x0, x1 = frame.x(events["start"][i]), frame.x(stops[i])
             if x1 - x0 < 1:
                 if int(x0) == last_pixel:
                     continue
                 last_pixel = int(x0)
-            color = KIND_COLORS.get(int(events["kind"][i]), "#999")
+            color = KIND_COLORS[int(events["kind"][i])]
             fill = f'fill="none" stroke="{color}" stroke-dasharray="4 3"' if events["open"][i] else f'fill="{color}"'
-            parts.append(f'<rect x="{x0:.1f}" y="{y_of[rank] + 3}" width="{max(x1 - x0, 1):.1f}" '
-                         f'height="{lane - 6}" {fill}/>')
-    for wait in trace.waits():
-        if wait["rank"] in y_of:
-            x0 = left + wait["start"] * scale
-            parts.append(f'<rect x="{x0:.1f}" y="{y_of[wait["rank"]] + lane - 7}" '
-                         f'width="{max(wait["seconds"] * scale, 1):.1f}" height="4" fill="{WAIT_COLOR}"/>')
-    for row in trace.unfinished():  # a dashed line towards the rank it waits for
-        if int(row["peer_world"]) in y_of and row["peer_world"] != row["rank"]:
-            x = left + row["end"] * scale
-            parts.append(f'<line x1="{x:.1f}" y1="{y_of[int(row["rank"])] + lane / 2}" x2="{x - 28:.1f}" '
-                         f'y2="{y_of[int(row["peer_world"])] + lane / 2}" stroke="{WAIT_COLOR}" '
-                         'stroke-dasharray="4 3" stroke-width="1.5"/>')
+            parts.append(f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 1):.1f}" height="{frame.lane - 6}" '
+                         f"{fill}/>")
+    return parts
+
+
+def _waits(frame: _Frame, trace: Trace) -> list[str]:
+    """The waiting part of each call that waited: a band along the bottom of its box."""
+    return [f'<rect x="{frame.x(wait["start"]):.1f}" y="{frame.y_of[wait["rank"]] + frame.lane - 7}" '
+            f'width="{max(frame.x(wait["start"] + wait["seconds"]) - frame.x(wait["start"]), 1):.1f}" height="4" '
+            f'fill="{WAIT_COLOR}"/>'
+            for wait in trace.waits() if wait["rank"] in frame.y_of]
+
+
+def _unfinished(frame: _Frame, trace: Trace) -> list[str]:
+    """A dashed line from each call a stopped run broke off towards the rank it waited for."""
+    parts = []
+    for row in trace.unfinished():
+        rank, peer = int(row["rank"]), int(row["peer_world"])
+        if peer in frame.y_of and peer != rank:
+            x = frame.x(row["end"])
+            parts.append(f'<line x1="{x:.1f}" y1="{frame.middle(rank)}" x2="{x - 28:.1f}" y2="{frame.middle(peer)}" '
+                         f'stroke="{WAIT_COLOR}" stroke-dasharray="4 3" stroke-width="1.5"/>')
+    return parts
+
+
+def _path(frame: _Frame, trace: Trace) -> list[str]:
+    """The critical path: a thick line through the lanes."""
     points = []
     for step in trace.critical_path().steps:
-        middle = y_of[step["rank"]] + lane / 2
-        points += [f"{left + step['start'] * scale:.1f},{middle}", f"{left + step['end'] * scale:.1f},{middle}"]
-    if points:
-        parts.append(f'<polyline points="{" ".join(points)}" fill="none" stroke="{PATH_COLOR}" stroke-width="2.5"/>')
-    messages = trace.messages()
-    for message in messages[:MAX_ARROWS]:
-        if message["source"] not in y_of or message["dest"] not in y_of:
-            continue
-        x0, x1 = left + message["send_start"] * scale, left + message["recv_end"] * scale
-        y0, y1 = y_of[message["source"]] + lane / 2, y_of[message["dest"]] + lane / 2
-        parts.append(f'<line x1="{x0:.1f}" y1="{y0}" x2="{x1:.1f}" y2="{y1}" stroke="#333" '
-                     'stroke-width="0.8" stroke-opacity="0.6"/>')
-    legend_y = height - 6
-    x = left
-    for kind in (SEND, RECV, COLLECTIVE, WAIT):
-        parts.append(f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{KIND_COLORS[kind]}"/>')
-        parts.append(f'<text x="{x + 14}" y="{legend_y}">{KIND_NAMES[kind]}</text>')
-        x += 90
-    note = f"{t_end * 1e3:.2f} ms, {len(events)} calls, {len(messages)} messages"
+        middle = frame.middle(step["rank"])
+        points += [f"{frame.x(step['start']):.1f},{middle}", f"{frame.x(step['end']):.1f},{middle}"]
+    if not points:
+        return []
+    return [f'<polyline points="{" ".join(points)}" fill="none" stroke="{PATH_COLOR}" stroke-width="2.5"/>']
+
+
+def _arrows(frame: _Frame, messages: list) -> list[str]:
+    """A line from each send's start to its receive's end (the first ``MAX_ARROWS``)."""
+    return [f'<line x1="{frame.x(m["send_start"]):.1f}" y1="{frame.middle(m["source"])}" '
+            f'x2="{frame.x(m["recv_end"]):.1f}" y2="{frame.middle(m["dest"])}" stroke="{_TEXT_COLOR}" '
+            'stroke-width="0.8" stroke-opacity="0.6"/>'
+            for m in messages[:MAX_ARROWS] if m["source"] in frame.y_of and m["dest"] in frame.y_of]
+
+
+def _legend(frame: _Frame, height: int, calls: int, messages: list) -> list[str]:
+    y = height - 6
+    parts = []
+    for i, kind in enumerate((SEND, RECV, COLLECTIVE, WAIT)):
+        x = _LEFT + 90 * i
+        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{KIND_COLORS[kind]}"/>')
+        parts.append(f'<text x="{x + 14}" y="{y}" fill="{_TEXT_COLOR}">{KIND_NAMES[kind]}</text>')
+    note = f"{frame.t_end * 1e3:.2f} ms, {calls} calls, {len(messages)} messages"
     if len(messages) > MAX_ARROWS:
         note += f" (first {MAX_ARROWS} arrows)"
-    parts.append(f'<text x="{width - right}" y="{legend_y}" text-anchor="end">{html.escape(note)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    parts.append(f'<text x="{frame.width - _RIGHT}" y="{y}" text-anchor="end" fill="{_TEXT_COLOR}">'
+                 f"{html.escape(note)}</text>")
+    return parts
 
 
 def summary_text(trace: Trace) -> str:

@@ -7,6 +7,7 @@ import html
 
 import ipywidgets as widgets
 
+from .._colors import BETTER, ERROR, text_color
 from ..trace import Comparison, Trace
 from ..trace._compare import change, seconds
 from ..trace._svg import space_time_svg
@@ -63,7 +64,7 @@ def _table(comparison: Comparison) -> str:
     head = f"<tr><th></th><th>{label_a}</th><th>{label_b}</th><th>change</th></tr>"
     body = []
     for what, a, b in comparison.rows():
-        colour = "#2a7d2a" if b < a else "#b0151a" if b > a else "inherit"
+        colour = text_color(BETTER) if b < a else text_color(ERROR) if b > a else "inherit"
         body.append(f'<tr><td style="text-align:left">{html.escape(what)}</td><td>{seconds(a)}</td>'
                     f'<td>{seconds(b)}</td><td style="color:{colour}">{change(a, b)}</td></tr>')
     style = ("<style>.mpinb-compare-table{border-collapse:collapse;font-variant-numeric:tabular-nums;"
