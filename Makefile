@@ -38,23 +38,33 @@ lab: install
 
 # What the tests need from Debian: chromium for the browser tests (Playwright cannot download
 # browsers here), slurm-wlm for real Slurm clusters, and libpmix-dev, the PMIx library that
-# Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks, and gcc, which the MPI
-# wheels' mpicc calls to build the C tracer (mpinb/_native.py). One apt-get update, once.
+# Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks, gcc, which the MPI
+# wheels' mpicc calls to build the C tracer (mpinb/_native.py), and npm, which brings the
+# TypeScript that `make lint` checks the widgets with. One apt-get update, once.
 system:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm"; \
 	ls /usr/lib/*/libpmix.so >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# Lint (ruff, rules in pyproject.toml) and types (mypy over mpinb/) first: seconds, not minutes.
-lint: install
+# Lint (ruff, rules in pyproject.toml) and types (mypy over mpinb/; tsc over the widgets' ES
+# modules, from their JSDoc, with anywidget's types: tsconfig.json) first: seconds, not minutes.
+lint: install node_modules/.installed
 	$(BIN)/ruff check mpinb tests bench docs
 	$(BIN)/mypy
+	node_modules/.bin/tsc -p tsconfig.json
+
+# TypeScript, to check the widgets (nothing is built): the versions package-lock.json pins.
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "mpinb: make lint needs npm (Node.js) to type-check the widgets: make system installs it"; exit 1; }
+	npm ci --no-audit --no-fund --silent
+	touch $@
 
 # The documentation site, offline, in build/docs: the user guide (from this README), the API from
 # docstrings, and the tutorials in English and Chinese executed as they are built.
@@ -92,4 +102,4 @@ dist: install
 	MPINB_DIST=dist $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_dist.py
 
 clean:
-	rm -rf .venv .venv-openmpi test-artifacts .pytest_cache build dist
+	rm -rf .venv .venv-openmpi node_modules test-artifacts .pytest_cache build dist

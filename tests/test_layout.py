@@ -244,3 +244,71 @@ def test_the_readme_map_names_nothing_that_is_gone():
 def test_the_readme_map_calls_shared_exactly_the_shared_modules():
     marked = set(re.findall(r"^  (_\w+)\.py\s+shared:", _map(), re.MULTILINE))
     assert marked == SHARED, f"the map marks {sorted(marked)} as shared; the rule (SHARED above) is {sorted(SHARED)}"
+
+
+# -- the widgets: one ES module and one CSS file each, colours written once, state typed ---------------
+WIDGETS = PACKAGE / "widgets"
+# A colour written out: #rgb, #rrggbb, rgb(), rgba(), hsl().
+_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}\b|\b(?:rgba?|hsla?)\(")
+
+
+def _widget_classes() -> list[type]:
+    import anywidget
+
+    import mpinb.widgets as widgets
+
+    return [cls for cls in vars(widgets).values() if isinstance(cls, type) and issubclass(cls, anywidget.AnyWidget)]
+
+
+def test_the_widgets_es_modules_hold_no_colour_and_no_css():
+    """Colours come from mpinb/_colors.py (each widget's state) or the theme (its CSS file), so
+    that a palette is never written twice and the views follow a dark theme."""
+    for module in sorted(WIDGETS.glob("*.js")):
+        code = re.sub(r"//.*|/\*.*?\*/", "", module.read_text(), flags=re.DOTALL)  # comments may name colours
+        assert not _COLOR.findall(code), f"{module.name} writes a colour out: {_COLOR.findall(code)}"
+        assert "<style" not in code and 'createElement("style")' not in code, f"{module.name} carries CSS"
+
+
+def test_the_widgets_css_writes_colours_only_as_the_themes_fallbacks():
+    for sheet in sorted(WIDGETS.glob("*.css")):
+        text = re.sub(r"/\*.*?\*/", "", sheet.read_text(), flags=re.DOTALL)
+        # what is left once every var(--jp-..., fallback) is taken out must name no colour
+        bare = text
+        fallback = re.compile(r"var\(--jp-[\w-]+,\s*[^()]*(?:\([^()]*\))?[^()]*\)")
+        while (stripped := fallback.sub("var()", bare)) != bare:
+            bare = stripped
+        assert not _COLOR.findall(bare), f"{sheet.name} writes colours no theme can change: {_COLOR.findall(bare)}"
+
+
+def test_each_widget_loads_its_own_module_and_css():
+    """widgets/NAME.py's class draws with NAME.js and NAME.css (anywidget reads them into
+    ``_esm`` and ``_css``)."""
+    for cls in _widget_classes():
+        stem = cls.__module__.rpartition(".")[2]
+        assert str(cls._esm) == (WIDGETS / f"{stem}.js").read_text(), f"{cls.__name__} does not load {stem}.js"
+        assert str(cls._css) == (WIDGETS / f"{stem}.css").read_text(), f"{cls.__name__} does not load {stem}.css"
+
+
+_TS_TYPES = {"Unicode": "string", "Int": "number", "Float": "number", "Bool": "boolean", "List": "[]",
+             "Dict": "Record|{|Colors", "Enum": '"'}
+
+
+def test_the_state_each_es_module_reads_is_the_state_python_syncs():
+    """state.d.ts, which tsc checks the modules against, names exactly each class's synced
+    traits, each with a type of the same kind."""
+    declared = {}
+    for name, body in re.findall(r"export interface (\w+State) \{(.*?)\n\}", (WIDGETS / "state.d.ts").read_text(),
+                                 re.DOTALL):
+        declared[name] = dict(re.findall(r"^\s+(\w+): (.+);$", body, re.MULTILINE))
+    interfaces = {"RankOutput": "OutputState", "ProgressView": "ProgressState", "TraceView": "TraceState"}
+    for cls in _widget_classes():
+        traits = {name: trait for name, trait in cls.class_traits(sync=True).items()
+                  if not name.startswith("_") and name not in ("layout", "tabbable", "tooltip")}
+        interface = declared[interfaces[cls.__name__]]
+        assert set(interface) == set(traits), (f"{cls.__name__}: state.d.ts's {interfaces[cls.__name__]} names "
+                                               f"{sorted(set(interface) ^ set(traits))} differently")
+        for name, trait in traits.items():
+            kinds = _TS_TYPES[type(trait).__name__].split("|")
+            assert any(kind in interface[name] for kind in kinds), f"{cls.__name__}.{name}: {interface[name]}"
+            if hasattr(trait, "values"):  # an Enum: the same choices
+                assert set(re.findall(r'"(\w+)"', interface[name])) == set(trait.values), f"{cls.__name__}.{name}"

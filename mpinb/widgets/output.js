@@ -5,42 +5,49 @@
 // widget sends only what is new ("news" messages), which is appended to what is drawn; the whole
 // output arrives as state at the end (and when a view opens late, it asks for it).
 
-const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
-                "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+/** @typedef {import("./state").OutputState} OutputState */
+/** @typedef {import("./state").Display} Display */
+/** @typedef {import("@anywidget/types").AnyModel<OutputState>} Model */
+/** @typedef {"stdout" | "stderr"} Stream */
+/**
+ * This view's copy of the output: the state, plus the news since.
+ * @typedef {{ ranks: number[], palette: string[], stdout: string[], stderr: string[], displays: Display[][],
+ *   merged: [number, Stream, string][] }} Output
+ * The merged view's elements that news is appended to (lines still open, by rank and stream).
+ * @typedef {{ pre: HTMLPreElement, note: HTMLDivElement, count: number, displays: HTMLDivElement,
+ *   partial: Map<string, { element: HTMLSpanElement, text: string }> }} MergedShown
+ * One rank's view's elements that news is appended to.
+ * @typedef {{ index: number, stdout: HTMLPreElement, stderr: HTMLPreElement, displays: HTMLDivElement,
+ *   note: HTMLDivElement }} RankShown
+ * @typedef {["text", number, Stream, string] | ["display", number, Display] | ["reset", number, Stream, string]} News
+ */
+
 const MAX_MERGED_LINES = 5000;
 const MANY = 16; // more ranks than this: no tab per rank
 const FAILED_TABS = 8;
+/** @type {Record<string, string>} */
 const MARK = { running: "\u25cc", ok: "\u2713", error: "\u2717", interrupted: "\u25a0", idle: "" };
 
-const CSS = `
-.mpinb-out { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; }
-.mpinb-out .bar { display: flex; flex-wrap: wrap; gap: 2px; border-bottom: 1px solid #ccc; }
-.mpinb-out .tab { padding: 2px 8px; cursor: pointer; border: 1px solid transparent;
-  border-bottom: none; border-radius: 3px 3px 0 0; user-select: none; }
-.mpinb-out .tab.active { border-color: #ccc; background: var(--jp-layout-color0, #fff);
-  margin-bottom: -1px; font-weight: bold; }
-.mpinb-out .tab .mark.error { color: #c00; }
-.mpinb-out .tab .mark.ok { color: #59a14f; }
-.mpinb-out .summary { margin-left: auto; color: #777; padding: 2px 6px; }
-.mpinb-out pre { margin: 4px 0; max-height: 30em; overflow: auto; white-space: pre-wrap;
-  font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px); }
-.mpinb-out .err { color: #c00; }
-.mpinb-out pre.notice { color: #8a4b00; background: #fff4e5; border-left: 3px solid #f28e2b; padding: 4px 8px; }
-.mpinb-out .prefix { font-weight: bold; }
-.mpinb-out .note { color: #777; font-style: italic; }
-.mpinb-out table.values { border-collapse: collapse; margin-top: 4px; }
-.mpinb-out table.values td { padding: 1px 8px; text-align: left; vertical-align: top;
-  font-family: var(--jp-code-font-family, monospace); }
-.mpinb-out .display img { max-width: 100%; }
-.mpinb-out .group-head { font-weight: bold; margin-top: 6px; cursor: pointer; }
-.mpinb-out .group-head .count { color: #777; font-weight: normal; }
-.mpinb-out .jump { padding: 1px 6px; color: #555; }
-.mpinb-out .jump input { width: 4.5em; font-size: 11px; }
-.mpinb-out .jump input.bad { outline: 2px solid #c00; }
-`;
+/**
+ * mpinb's colours (mpinb/_colors.py) as CSS variables on ``root``, for output.css.
+ * @param {HTMLElement} root
+ * @param {Record<string, string>} colors
+ */
+function setColors(root, colors) {
+  for (const [name, value] of Object.entries(colors)) root.style.setProperty(`--mpinb-${name}`, value);
+}
 
-function color(rank) { return COLORS[rank % COLORS.length]; }
+/**
+ * A rank's colour as text: its colour in mpinb's palette, mixed with the theme's text colour so
+ * that it reads on a light page and on a dark one.
+ * @param {string[]} palette
+ * @param {number} rank
+ */
+function color(palette, rank) {
+  return `color-mix(in srgb, ${palette[rank % palette.length]} 50%, var(--mpinb-text))`;
+}
 
+/** @param {number[]} ranks sorted */
 function rangeText(ranks) {
   const parts = [];
   for (let i = 0; i < ranks.length; ) {
@@ -52,23 +59,34 @@ function rangeText(ranks) {
   return parts.join(", ");
 }
 
-function prefix(rank, isErr) {
+/**
+ * @param {string[]} palette
+ * @param {number} rank
+ * @param {boolean} isErr
+ */
+function prefix(palette, rank, isErr) {
   const span = document.createElement("span");
   span.className = "prefix";
-  span.style.color = color(rank);
+  span.style.color = color(palette, rank);
   span.textContent = isErr ? `[${rank}:err] ` : `[${rank}] `;
   return span;
 }
 
+/**
+ * Chunks arrive in any size; split them into whole lines per (rank, stream).
+ * @param {Output} out
+ * @returns {[number, boolean, string][]} rank, whether stderr, text
+ */
 function mergedLines(out) {
-  // Chunks arrive in any size; split them into whole lines per (rank, stream).
   const ranks = out.ranks;
+  /** @type {Map<string, string>} */
   const partial = new Map();
+  /** @type {[number, boolean, string][]} */
   const lines = [];
   for (const [index, stream, text] of out.merged) {
     const key = `${index}:${stream}`;
     const pieces = ((partial.get(key) || "") + text).split("\n");
-    partial.set(key, pieces.pop());
+    partial.set(key, pieces.pop() || "");
     for (const line of pieces) lines.push([ranks[index], stream === "stderr", line]);
   }
   for (const [key, rest] of partial) {
@@ -80,9 +98,15 @@ function mergedLines(out) {
   return lines;
 }
 
-function mergedLine(rank, isErr, text) {
+/**
+ * @param {Output} out
+ * @param {number} rank
+ * @param {boolean} isErr
+ * @param {string} text
+ */
+function mergedLine(out, rank, isErr, text) {
   const line = document.createElement("span");
-  line.appendChild(prefix(rank, isErr));
+  line.appendChild(prefix(out.palette, rank, isErr));
   const body = document.createElement("span");
   if (isErr) body.className = "err";
   body.textContent = text + "\n";
@@ -90,6 +114,11 @@ function mergedLine(rank, isErr, text) {
   return line;
 }
 
+/**
+ * @param {Output} out
+ * @param {HTMLElement} box
+ * @returns {MergedShown}
+ */
 function drawMerged(out, box) {
   const lines = mergedLines(out);
   const note = document.createElement("div");
@@ -97,44 +126,57 @@ function drawMerged(out, box) {
   box.appendChild(note);
   const pre = document.createElement("pre");
   box.appendChild(pre);
-  for (const [rank, isErr, text] of lines.slice(-MAX_MERGED_LINES)) pre.appendChild(mergedLine(rank, isErr, text));
+  for (const [rank, isErr, text] of lines.slice(-MAX_MERGED_LINES)) pre.appendChild(mergedLine(out, rank, isErr, text));
+  /** @type {MergedShown} */
   const shown = { pre, note, count: lines.length, partial: new Map(), displays: document.createElement("div") };
   capMerged(shown);
   out.displays.forEach((items, index) => {
-    for (const item of items || []) addMergedDisplay(shown, out.ranks[index], item);
+    for (const item of items || []) addMergedDisplay(out, shown, out.ranks[index], item);
   });
   box.appendChild(shown.displays);
   return shown;
 }
 
+/**
+ * Keep the last MAX_MERGED_LINES lines in the page; each rank's tab has all of its own.
+ * @param {MergedShown} shown
+ */
 function capMerged(shown) {
-  // Keep the last MAX_MERGED_LINES lines in the page; each rank's tab has all of its own.
-  while (shown.pre.childElementCount > MAX_MERGED_LINES) shown.pre.firstElementChild.remove();
+  while (shown.pre.childElementCount > MAX_MERGED_LINES) shown.pre.firstElementChild?.remove();
   shown.note.textContent = shown.count > MAX_MERGED_LINES
     ? `showing the last ${MAX_MERGED_LINES} of ${shown.count} lines; each rank's tab has all of its own` : "";
 }
 
-function addMergedText(shown, rank, index, stream, text) {
-  // A line that is still open (no newline yet) is drawn where it began and grows in place.
+/**
+ * A line that is still open (no newline yet) is drawn where it began and grows in place.
+ * @param {Output} out
+ * @param {MergedShown} shown
+ * @param {number} rank
+ * @param {number} index
+ * @param {Stream} stream
+ * @param {string} text
+ */
+function addMergedText(out, shown, rank, index, stream, text) {
   const key = `${index}:${stream}`;
   const open = shown.partial.get(key);
   const pieces = ((open ? open.text : "") + text).split("\n");
-  const rest = pieces.pop();
+  const rest = pieces.pop() || "";
   if (open) {
+    const body = /** @type {HTMLSpanElement} */ (open.element.lastChild);
     if (!pieces.length) { // still no newline: the open line grows
       open.text = rest;
-      open.element.lastChild.textContent = rest + "\n";
+      body.textContent = rest + "\n";
       return;
     }
-    open.element.lastChild.textContent = pieces.shift() + "\n";
+    body.textContent = pieces.shift() + "\n";
     shown.partial.delete(key);
   }
   for (const line of pieces) {
-    shown.pre.appendChild(mergedLine(rank, stream === "stderr", line));
+    shown.pre.appendChild(mergedLine(out, rank, stream === "stderr", line));
     shown.count++;
   }
   if (rest) {
-    const element = mergedLine(rank, stream === "stderr", rest);
+    const element = mergedLine(out, rank, stream === "stderr", rest);
     shown.pre.appendChild(element);
     shown.count++;
     shown.partial.set(key, { element, text: rest });
@@ -142,13 +184,20 @@ function addMergedText(shown, rank, index, stream, text) {
   capMerged(shown);
 }
 
-function addMergedDisplay(shown, rank, item) {
+/**
+ * @param {Output} out
+ * @param {MergedShown} shown
+ * @param {number} rank
+ * @param {Display} item
+ */
+function addMergedDisplay(out, shown, rank, item) {
   const label = document.createElement("div");
-  label.appendChild(prefix(rank, false));
+  label.appendChild(prefix(out.palette, rank, false));
   shown.displays.appendChild(label);
   shown.displays.appendChild(drawDisplay(item));
 }
 
+/** @param {Display} item */
 function drawDisplay(item) {
   const div = document.createElement("div");
   div.className = "display";
@@ -166,26 +215,37 @@ function drawDisplay(item) {
   return div;
 }
 
+/**
+ * Ranks with exactly the same text and displays share one block, in order of their first rank.
+ * @param {Output} out
+ */
 function groupedOutput(out) {
-  // Ranks with exactly the same text and displays share one block, in order of their first rank.
+  /** @type {Map<string, { index: number, ranks: number[] }>} */
   const groups = new Map();
+  /** @type {number[]} */
   const silent = [];
   out.ranks.forEach((rank, index) => {
     const displays = out.displays[index] || [];
     if (!out.stdout[index] && !out.stderr[index] && !displays.length) { silent.push(rank); return; }
     const key = JSON.stringify([out.stdout[index], out.stderr[index], displays]);
-    if (!groups.has(key)) groups.set(key, { index, ranks: [] });
-    groups.get(key).ranks.push(rank);
+    let group = groups.get(key);
+    if (!group) groups.set(key, group = { index, ranks: [] });
+    group.ranks.push(rank);
   });
   return { groups: [...groups.values()], silent };
 }
 
+/**
+ * @param {Output} out
+ * @param {HTMLElement} box
+ * @param {(index: number) => void} select shows one rank alone
+ */
 function drawGrouped(out, box, select) {
   const { groups, silent } = groupedOutput(out);
   for (const group of groups) {
     const head = document.createElement("div");
     head.className = "group-head";
-    head.style.color = color(group.ranks[0]);
+    head.style.color = color(out.palette, group.ranks[0]);
     head.dataset.ranks = rangeText(group.ranks);
     head.textContent = `${group.ranks.length === 1 ? "rank" : "ranks"} ${rangeText(group.ranks)} `;
     const count = document.createElement("span");
@@ -208,6 +268,12 @@ function drawGrouped(out, box, select) {
   return null; // news redraws this view (at most a few times a second)
 }
 
+/**
+ * @param {Output} out
+ * @param {number} index
+ * @param {HTMLElement} box
+ * @returns {RankShown}
+ */
 function drawRank(out, index, box) {
   const shown = { index, stdout: document.createElement("pre"), stderr: document.createElement("pre"),
                   displays: document.createElement("div"), note: document.createElement("div") };
@@ -221,6 +287,7 @@ function drawRank(out, index, box) {
   return shown;
 }
 
+/** @param {RankShown} shown */
 function markEmpty(shown) {
   shown.stdout.hidden = !shown.stdout.textContent;
   shown.stderr.hidden = !shown.stderr.textContent;
@@ -228,13 +295,21 @@ function markEmpty(shown) {
   shown.note.textContent = empty ? "no output" : "";
 }
 
+/**
+ * The ranks' last values, ranks with the same value in one row.
+ * @param {Model} model
+ * @param {HTMLElement} box
+ * @param {number | null} only the index of the one rank shown, if one
+ */
 function drawValues(model, box, only) {
   const ranks = model.get("ranks");
+  /** @type {Map<string, number[]>} */
   const groups = new Map();
   model.get("values").forEach((text, index) => {
     if (!text || (only !== null && index !== only)) return;
-    if (!groups.has(text)) groups.set(text, []);
-    groups.get(text).push(ranks[index]);
+    let group = groups.get(text);
+    if (!group) groups.set(text, group = []);
+    group.push(ranks[index]);
   });
   if (!groups.size) return;
   const table = document.createElement("table");
@@ -247,25 +322,29 @@ function drawValues(model, box, only) {
   box.appendChild(table);
 }
 
+/** @type {import("@anywidget/types").Render<OutputState>} */
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mpinb-out";
-  const style = document.createElement("style");
-  style.textContent = CSS;
-  el.appendChild(style);
+  setColors(root, model.get("colors"));
   el.appendChild(root);
+  /** @type {"merged" | "grouped" | number} the view shown: merged, grouped, or a rank's (by index) */
   let selected = "merged";
-  let out = null; // this view's copy of the output: the state plus the news since
-  let shown = null; // the elements that news is appended to
-  let view = null; // "merged" or "rank", what `shown` belongs to
+  /** @type {Output} */
+  let out;
+  /** @type {MergedShown | RankShown | null} the elements that news is appended to */
+  let shown = null;
+  /** @type {"merged" | "rank" | "grouped"} what ``shown`` belongs to */
+  let view = "merged";
 
   function fromState() {
     out = {
       ranks: model.get("ranks"),
+      palette: model.get("palette"),
       stdout: [...model.get("stdout")],
       stderr: [...model.get("stderr")],
       displays: model.get("displays").map((items) => [...items]),
-      merged: model.get("merged").map((chunk) => [...chunk]),
+      merged: model.get("merged").map((chunk) => /** @type {[number, Stream, string]} */ ([...chunk])),
     };
   }
 
@@ -282,6 +361,7 @@ function render({ model, el }) {
       perRank = perRank.filter((i) => states[i] === "error").slice(0, FAILED_TABS);
       if (typeof selected === "number" && !perRank.includes(selected)) perRank.push(selected);
     }
+    /** @type {("merged" | "grouped" | number)[]} */
     const tabs = mode === "tabs" ? ["merged", "grouped", ...perRank] : [];
     for (const key of tabs) {
       const tab = document.createElement("span");
@@ -295,7 +375,7 @@ function render({ model, el }) {
       } else {
         const state = states[key] || "idle";
         tab.textContent = `rank ${ranks[key]} `;
-        tab.style.color = color(ranks[key]);
+        tab.style.color = color(out.palette, ranks[key]);
         const mark = document.createElement("span");
         mark.className = `mark ${state}`;
         mark.textContent = MARK[state] || "";
@@ -341,6 +421,7 @@ function render({ model, el }) {
     root.appendChild(box);
   }
 
+  /** @param {number[]} ranks */
   function jumpBox(ranks) {
     const label = document.createElement("label");
     label.className = "jump";
@@ -359,13 +440,14 @@ function render({ model, el }) {
       selected = index;
       draw();
       const again = root.querySelector(".jump input"); // the redrawn box keeps the focus
-      if (again) { again.focus(); again.value = String(ranks[index]); }
+      if (again instanceof HTMLInputElement) { again.focus(); again.value = String(ranks[index]); }
     });
     input.addEventListener("keydown", (event) => event.stopPropagation()); // keys are not the notebook's
     label.appendChild(input);
     return label;
   }
 
+  /** @param {News[]} items */
   function applyNews(items) {
     let redrawAll = false;
     for (const item of items) {
@@ -373,13 +455,16 @@ function render({ model, el }) {
         const [, index, stream, text] = item;
         out[stream][index] += text;
         out.merged.push([index, stream, text]);
-        if (view === "merged") addMergedText(shown, out.ranks[index], index, stream, text);
-        else if (shown && shown.index === index) { shown[stream].textContent += text; markEmpty(shown); }
+        if (view === "merged" && shown && "pre" in shown) addMergedText(out, shown, out.ranks[index], index, stream, text);
+        else if (shown && "index" in shown && shown.index === index) { shown[stream].textContent += text; markEmpty(shown); }
       } else if (item[0] === "display") {
         const [, index, display] = item;
         out.displays[index].push(display);
-        if (view === "merged") addMergedDisplay(shown, out.ranks[index], display);
-        else if (shown && shown.index === index) { shown.displays.appendChild(drawDisplay(display)); markEmpty(shown); }
+        if (view === "merged" && shown && "pre" in shown) addMergedDisplay(out, shown, out.ranks[index], display);
+        else if (shown && "index" in shown && shown.index === index) {
+          shown.displays.appendChild(drawDisplay(display));
+          markEmpty(shown);
+        }
       } else if (item[0] === "reset") { // a carriage return rewrote a stream: rare, draw afresh
         const [, index, stream, text] = item;
         out[stream][index] = text;

@@ -9,6 +9,7 @@ import time
 import anywidget
 import traitlets as t
 
+from .._colors import ORANGE, PALETTE, WIDGET_COLORS, text_color
 from .._ranges import format_ranks
 from ..pool import _render
 from ..pool._result import RunResult
@@ -27,6 +28,9 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
     """
 
     _esm = pathlib.Path(__file__).with_name("output.js")
+    _css = pathlib.Path(__file__).with_name("output.css")
+    colors = t.Dict(WIDGET_COLORS).tag(sync=True)  # what output.js draws with (mpinb._colors)
+    palette = t.List(t.Unicode(), list(PALETTE)).tag(sync=True)  # the ranks' colours, in turn
 
     ranks = t.List(t.Int()).tag(sync=True)
     stdout = t.List(t.Unicode()).tag(sync=True)
@@ -35,7 +39,7 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
     merged = t.List(t.List()).tag(sync=True)
     state = t.List(t.Unicode()).tag(sync=True)
     values = t.List(t.Unicode()).tag(sync=True)
-    mode = t.Unicode("tabs").tag(sync=True)
+    mode = t.Enum(["tabs", "merged", "rank0"], "tabs").tag(sync=True)
     summary = t.Unicode("").tag(sync=True)
     notice = t.Unicode("").tag(sync=True)  # a live hang diagnosis, for instance
 
@@ -145,7 +149,7 @@ class RankOutput(StaticFallback, anywidget.AnyWidget):
         page = _render.as_html(ranks, stdout, stderr, self._outputs, values)
         if self.notice:
             text = f"{self.notice}\n{text}"
-            page = f'<pre style="color:#b35900">{html.escape(self.notice)}</pre>{page}'
+            page = f'<pre style="color:{text_color(ORANGE, 80)}">{html.escape(self.notice)}</pre>{page}'
         return text or self.summary, page
 
 

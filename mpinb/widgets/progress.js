@@ -1,28 +1,22 @@
 // One mpinb.progress() loop across the ranks of a run: an overall bar with its line of text, then a
 // small bar per rank; ranks that lag are orange, finished ones green.
 
-const CSS = `
-.mpinb-progress { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; margin: 4px 0; }
-.mpinb-progress .overall { height: 10px; background: #e8e8e8; border-radius: 2px; overflow: hidden; max-width: 640px; }
-.mpinb-progress .overall > div { height: 100%; background: #4e79a7; transition: width 0.2s; }
-.mpinb-progress .overall.unknown > div { width: 100% !important; background: repeating-linear-gradient(
-  45deg, #4e79a7 0 8px, #7ea2c8 8px 16px); }
-.mpinb-progress .line { font-family: var(--jp-code-font-family, monospace); font-size: 11px; margin: 2px 0 4px; white-space: pre; }
-.mpinb-progress .ranks { display: flex; flex-wrap: wrap; gap: 3px 8px; max-width: 900px; }
-.mpinb-progress .rank { display: flex; align-items: center; gap: 3px; color: #555; font-size: 10px; }
-.mpinb-progress .rank .mini { width: 56px; height: 5px; background: #e8e8e8; }
-.mpinb-progress .rank .mini > div { height: 100%; background: #4e79a7; }
-.mpinb-progress .rank.lagging { color: #c85200; font-weight: bold; }
-.mpinb-progress .rank.lagging .mini > div { background: #f28e2b; }
-.mpinb-progress .rank.done .mini > div { background: #59a14f; }
-.mpinb-progress .rank.stopped .mini > div { background: #bab0ac; }
-`;
+/** @typedef {import("./state").ProgressState} ProgressState */
 
+/**
+ * mpinb's colours (mpinb/_colors.py) as CSS variables on ``root``, for progress.css.
+ * @param {HTMLElement} root
+ * @param {Record<string, string>} colors
+ */
+function setColors(root, colors) {
+  for (const [name, value] of Object.entries(colors)) root.style.setProperty(`--mpinb-${name}`, value);
+}
+
+/** @type {import("@anywidget/types").Render<ProgressState>} */
 function render({ model, el }) {
-  const style = document.createElement("style");
-  style.textContent = CSS;
   const root = document.createElement("div");
   root.className = "mpinb-progress";
+  setColors(root, model.get("colors"));
   const overall = document.createElement("div");
   overall.className = "overall";
   const fill = document.createElement("div");
@@ -32,7 +26,8 @@ function render({ model, el }) {
   const grid = document.createElement("div");
   grid.className = "ranks";
   root.append(overall, line, grid);
-  el.append(style, root);
+  el.append(root);
+  /** @type {{ cell: HTMLSpanElement, label: HTMLSpanElement, bar: HTMLDivElement }[]} */
   const cells = [];
 
   function draw() {
@@ -59,14 +54,14 @@ function render({ model, el }) {
       const { cell, label, bar } = cells[i];
       const state = lagging.has(rank) ? "lagging" : done[i] ? "done" : ended[i] || over ? "stopped" : "";
       cell.className = `rank ${state}`;
-      cell.dataset.rank = rank;
-      label.textContent = rank;
+      cell.dataset.rank = String(rank);
+      label.textContent = String(rank);
       bar.style.width = `${Math.min(100, (100 * counts[i]) / top).toFixed(1)}%`;
       const rate = elapsed[i] > 0 ? counts[i] / elapsed[i] : 0;
       cell.title = `rank ${rank}: ${counts[i]}${total ? `/${total}` : ""}, ${rate.toPrecision(3)} it/s`
         + (state ? ` (${state})` : "");
     });
-    root.dataset.count = sum;
+    root.dataset.count = String(sum);
     root.dataset.lagging = [...lagging].join(",");
     root.dataset.over = over ? "1" : "";
   }

@@ -11,6 +11,7 @@ import anywidget
 import traitlets as t
 from IPython.display import display
 
+from .._colors import WIDGET_COLORS
 from .._progress import text_bar
 from .._ranges import format_ranks
 from ._fallback import StaticFallback
@@ -24,6 +25,8 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
     """An overall bar, a small bar per rank, the rate, the time left, the ranks that lag."""
 
     _esm = pathlib.Path(__file__).with_name("progress.js")
+    _css = pathlib.Path(__file__).with_name("progress.css")
+    colors = t.Dict(WIDGET_COLORS).tag(sync=True)  # what progress.js draws with (mpinb._colors)
 
     desc = t.Unicode("").tag(sync=True)
     total = t.Int(None, allow_none=True).tag(sync=True)

@@ -1,49 +1,84 @@
 // Message-flow views of one traced run: space-time diagram (canvas), communication matrix,
-// per-rank summary. Event columns arrive as binary typed arrays (see trace.py).
+// per-rank summary. Event columns arrive as binary typed arrays (see trace.py); colours come
+// from mpinb/_colors.py (state) and from the theme (trace.css).
 
-const KIND = ["send", "recv", "collective", "wait", "probe"];
-const KIND_COLOR = ["#4e79a7", "#59a14f", "#f28e2b", "#9c755f", "#bab0ac"];
+/** @typedef {import("./state").TraceState} TraceState */
+/** @typedef {import("@anywidget/types").AnyModel<TraceState>} Model */
+/**
+ * The columns of one run, as typed arrays.
+ * @typedef {{ ev: Events, msg: Messages, coll: Collectives, waits: Waits, path: PathSteps,
+ *   allRanks: number[] }} Run
+ * @typedef {{ rank: Int32Array, kind: Int8Array, op: Int16Array, comm: Int16Array, start: Float64Array,
+ *   stop: Float64Array, peer: Int32Array, tag: Int32Array, bytes: Float64Array, file: Int16Array,
+ *   line: Int32Array, open: Int8Array }} Events
+ * @typedef {{ source: Int32Array, dest: Int32Array, start: Float64Array, end: Float64Array,
+ *   send: Int32Array, recv: Int32Array }} Messages
+ * @typedef {{ low: Int32Array, high: Int32Array, start: Float64Array, end: Float64Array,
+ *   op: Int16Array, comm: Int16Array }} Collectives
+ * @typedef {{ rank: Int32Array, start: Float64Array, end: Float64Array, peer: Int32Array,
+ *   kind: Int8Array }} Waits
+ * @typedef {{ rank: Int32Array, start: Float64Array, end: Float64Array }} PathSteps
+ * What the filters leave of a run: the ranks shown (a lane each) and their calls.
+ * @typedef {{ ranks: number[], lane: Map<number, number>, byLane: Int32Array[], visible: Uint8Array,
+ *   op: number, comm: number, badRanks: boolean, badTag: boolean }} Shown
+ * The space-time diagram's geometry: which span of time is shown, and where things go.
+ * @typedef {{ laneH: number, width: number, height: number, view: { t0: number, t1: number },
+ *   xOf: (t: number) => number, tOf: (x: number) => number, yOf: (lane: number) => number }} Frame
+ * What the canvas draws with: the data's colours (mpinb/_colors.py) and the theme's (trace.css).
+ * @typedef {{ kinds: string[], wait: string, path: string, collective: string, lane: string, text: string,
+ *   muted: string }} Paint
+ * @typedef {CanvasRenderingContext2D} Context
+ */
+
 const LEFT = 56, RIGHT = 10, AXIS = 18;
 const LABEL_H = 12; // px a lane label needs
 const PLOT_MAX_H = 540; // px; taller plots (many ranks) scroll
 
-const CSS = `
-.mpinb-trace { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; }
-.mpinb-trace .bar { display: flex; gap: 2px; align-items: center; border-bottom: 1px solid #ccc; }
-.mpinb-trace .tab { padding: 2px 8px; cursor: pointer; border-radius: 3px 3px 0 0; user-select: none; }
-.mpinb-trace .tab.active { font-weight: bold; border: 1px solid #ccc; border-bottom: none; }
-.mpinb-trace .info { margin-left: auto; color: #777; padding: 0 6px; }
-.mpinb-trace .toggle { cursor: pointer; color: #4e79a7; padding: 0 6px; user-select: none; }
-.mpinb-trace .plot { position: relative; overflow-y: auto; }
-.mpinb-trace canvas { display: block; cursor: crosshair; }
-.mpinb-trace .tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #999;
-  padding: 3px 6px; white-space: pre; font-family: var(--jp-code-font-family, monospace); font-size: 11px;
-  box-shadow: 1px 1px 3px rgba(0,0,0,.2); display: none; z-index: 10; }
-.mpinb-trace table { border-collapse: collapse; margin: 6px 0; }
-.mpinb-trace td, .mpinb-trace th { padding: 2px 6px; text-align: right; font-variant-numeric: tabular-nums; }
-.mpinb-trace .heat td.cell { width: 28px; height: 22px; text-align: center; color: #222; }
-.mpinb-trace .legend { color: #555; margin: 4px 0; }
-.mpinb-trace .legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 10px; }
-.mpinb-trace .stack { display: flex; height: 12px; width: 240px; background: #eee; }
-.mpinb-trace .loss { color: #8a4b00; margin: 2px 0; }
-.mpinb-trace .path { color: #b0151a; margin: 2px 0; white-space: pre; font-family: var(--jp-code-font-family, monospace); font-size: 11px; }
-.mpinb-trace .filters { display: flex; gap: 10px; align-items: center; margin: 4px 0; color: #555; flex-wrap: wrap; }
-.mpinb-trace .filters input[type=text] { width: 64px; font-size: 11px; }
-.mpinb-trace .filters select { font-size: 11px; max-width: 140px; }
-.mpinb-trace .filters .bad { outline: 1px solid #d62728; }
-.mpinb-trace h4 { margin: 8px 0 2px; font-size: 12px; }
-`;
-const WAIT_KINDS = ["late sender", "late receiver", "wait at collective", "wait at barrier"];
-const WAIT_COLOR = "rgba(214,39,40,0.85)";
-const PATH_COLOR = "rgba(176,21,26,0.9)";
-
-function column(view, Type) {
-  if (!view) return new Type(0);
-  const size = Type.BYTES_PER_ELEMENT;
-  if (view.byteOffset % size === 0) return new Type(view.buffer, view.byteOffset, view.byteLength / size);
-  return new Type(view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength));
+/**
+ * mpinb's colours (mpinb/_colors.py) as CSS variables on ``root``, for trace.css.
+ * @param {HTMLElement} root
+ * @param {Record<string, string>} colors
+ */
+function setColors(root, colors) {
+  for (const [name, value] of Object.entries(colors)) root.style.setProperty(`--mpinb-${name}`, value);
 }
 
+/**
+ * What the canvas draws with, read once the root is in the page (its CSS resolves the theme's).
+ * @param {Model} model
+ * @param {Element} root
+ * @returns {Paint}
+ */
+function paintOf(model, root) {
+  const style = getComputedStyle(root), colors = model.get("colors");
+  const css = (/** @type {string} */ name) => style.getPropertyValue(name).trim() || "gray";
+  return {
+    kinds: model.get("kinds").map((kind) => colors[`kind-${kind}`] || "gray"),
+    wait: colors.wait, path: colors.path, collective: colors["collective-frame"],
+    lane: css("--mpinb-lane"), text: css("--mpinb-text"), muted: css("--mpinb-muted"),
+  };
+}
+
+/**
+ * A column sent as bytes, as the typed array it holds (copied only if misaligned).
+ * @template {Int8ArrayConstructor | Int16ArrayConstructor | Int32ArrayConstructor | Float64ArrayConstructor} T
+ * @param {DataView | undefined} view
+ * @param {T} Type
+ * @returns {InstanceType<T>}
+ */
+function column(view, Type) {
+  if (!view) return /** @type {InstanceType<T>} */ (new Type(0));
+  const size = Type.BYTES_PER_ELEMENT, buffer = /** @type {ArrayBuffer} */ (view.buffer);
+  if (view.byteOffset % size === 0) {
+    return /** @type {InstanceType<T>} */ (new Type(buffer, view.byteOffset, view.byteLength / size));
+  }
+  return /** @type {InstanceType<T>} */ (new Type(buffer.slice(view.byteOffset, view.byteOffset + view.byteLength)));
+}
+
+/**
+ * @param {Model} model
+ * @returns {Run}
+ */
 function load(model) {
   const e = model.get("events"), m = model.get("messages"), c = model.get("collectives");
   const w = model.get("waits"), p = model.get("path");
@@ -71,11 +106,16 @@ function load(model) {
   return { ev, msg, coll, waits, path, allRanks: model.get("ranks") };
 }
 
-// "0-3,6" -> the ranges it names, as [first, last] pairs ("", "all" and "*": every rank); null when
-// it does not parse (ASCII digits, spaces ignored) or a range runs backwards ("3-1"): the rule of
-// mpinb._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
+/**
+ * "0-3,6" -> the ranges it names, as [first, last] pairs ("", "all" and "*": every rank); null when
+ * it does not parse (ASCII digits, spaces ignored) or a range runs backwards ("3-1"): the rule of
+ * mpinb._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
+ * @param {string} text
+ * @returns {[number, number][] | null}
+ */
 export function parseRanks(text) {
   if (["", "all", "*"].includes(text.trim())) return [[0, Infinity]];
+  /** @type {[number, number][]} */
   const ranges = [];
   for (const part of text.replace(/ /g, "").split(",")) {
     const match = /^([0-9]+)(?:-([0-9]+))?$/.exec(part);
@@ -87,22 +127,28 @@ export function parseRanks(text) {
   return ranges;
 }
 
-// Which ranks (lanes) and which calls the filters leave; sets data.ranks, lane, byLane, visible.
-function applyFilters(model, data) {
+/**
+ * Which ranks (lanes) and which calls the filters leave.
+ * @param {Model} model
+ * @param {Run} run
+ * @returns {Shown}
+ */
+function applyFilters(model, run) {
   const ops = model.get("ops"), comms = model.get("comms");
   const rankText = model.get("show_ranks").trim(), tagText = model.get("show_tag").trim();
   const chosen = rankText ? parseRanks(rankText) : null;
   const op = ops.indexOf(model.get("show_op")), comm = comms.indexOf(model.get("show_comm"));
   const tag = /^-?\d+$/.test(tagText) ? +tagText : null;
-  data.ranks = chosen ? data.allRanks.filter((r) => chosen.some(([first, last]) => first <= r && r <= last))
-    : data.allRanks.slice();
-  if (!data.ranks.length) data.ranks = data.allRanks.slice();
-  data.lane = new Map(data.ranks.map((r, i) => [r, i]));
-  const { ev } = data, n = ev.rank.length;
+  let ranks = chosen ? run.allRanks.filter((r) => chosen.some(([first, last]) => first <= r && r <= last))
+    : run.allRanks.slice();
+  if (!ranks.length) ranks = run.allRanks.slice();
+  const lane = new Map(ranks.map((r, i) => [r, i]));
+  const { ev } = run, n = ev.rank.length;
   const visible = new Uint8Array(n);
-  const byLane = data.ranks.map(() => []);
+  /** @type {number[][]} */
+  const byLane = ranks.map(() => []);
   for (let i = 0; i < n; i++) {  // sorted by start
-    const laneIndex = data.lane.get(ev.rank[i]);
+    const laneIndex = lane.get(ev.rank[i]);
     if (laneIndex === undefined) continue;
     if (op >= 0 && ev.op[i] !== op) continue;
     if (comm >= 0 && ev.comm[i] !== comm) continue;
@@ -110,27 +156,34 @@ function applyFilters(model, data) {
     visible[i] = 1;
     byLane[laneIndex].push(i);
   }
-  data.visible = visible;
-  data.byLane = byLane.map((a) => Int32Array.from(a));
-  data.filtered = data.ranks.length < data.allRanks.length || op >= 0 || comm >= 0 || tag !== null;
-  data.badRanks = Boolean(rankText) && !chosen;
-  data.badTag = Boolean(tagText) && tag === null;
+  return {
+    ranks, lane, visible, op, comm, byLane: byLane.map((a) => Int32Array.from(a)),
+    badRanks: Boolean(rankText) && !chosen, badTag: Boolean(tagText) && tag === null,
+  };
 }
 
+/** @param {number} s seconds */
 function fmtTime(s) {
   if (s >= 1) return `${s.toFixed(2)} s`;
   if (s >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
   return `${(s * 1e6).toFixed(1)} \u00b5s`;
 }
 
+/** @param {number} n bytes */
 function fmtBytes(n) {
   if (n >= 2 ** 20) return `${(n / 2 ** 20).toFixed(1)} MB`;
   if (n >= 1024) return `${(n / 1024).toFixed(1)} kB`;
   return `${n} B`;
 }
 
-// The space-time diagram's geometry: which span of time is shown, and where things go on the canvas.
+/**
+ * @param {number} laneCount
+ * @param {number} laneH
+ * @param {number} duration
+ * @returns {Frame}
+ */
 function makeFrame(laneCount, laneH, duration) {
+  /** @type {Frame} */
   const frame = {
     laneH, width: 0, height: AXIS + laneH * laneCount + 4, view: { t0: 0, t1: duration },
     xOf: (t) => LEFT + ((t - frame.view.t0) / (frame.view.t1 - frame.view.t0)) * (frame.width - LEFT - RIGHT),
@@ -140,20 +193,26 @@ function makeFrame(laneCount, laneH, duration) {
   return frame;
 }
 
-function drawLanes(g, frame, ranks) {
+/**
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {number[]} ranks
+ * @param {Paint} paint
+ */
+function drawLanes(g, frame, ranks, paint) {
   g.font = "11px sans-serif";
   g.textBaseline = "middle";
   // Lanes thinner than a label: label every few (the tooltip names the rank of any call).
   const every = Math.ceil(LABEL_H / frame.laneH);
   ranks.forEach((r, i) => {
-    g.fillStyle = "#f6f6f6";
+    g.fillStyle = paint.lane;
     g.fillRect(LEFT, frame.yOf(i) + Math.min(1, frame.laneH / 4), frame.width - LEFT - RIGHT,
                Math.max(frame.laneH - 2, 1));
     if (i % every) return;
-    g.fillStyle = "#333";
+    g.fillStyle = paint.text;
     g.fillText(`rank ${r}`, 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
   });
-  g.fillStyle = "#777";
+  g.fillStyle = paint.muted;
   const { t0, t1 } = frame.view;
   for (let k = 0; k <= 4; k++) {
     const t = t0 + (k / 4) * (t1 - t0);
@@ -161,11 +220,18 @@ function drawLanes(g, frame, ranks) {
   }
 }
 
-function drawCalls(g, frame, data) {
-  // Anything narrower than a pixel is merged into that pixel. Returns the boxes drawn.
-  const { ev } = data;
+/**
+ * A box per call; anything narrower than a pixel is merged into that pixel. Returns the boxes drawn.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawCalls(g, frame, run, shown, paint) {
+  const { ev } = run;
   let boxes = 0;
-  data.byLane.forEach((indices, laneIndex) => {
+  shown.byLane.forEach((indices, laneIndex) => {
     const y = frame.yOf(laneIndex) + 2, h = frame.laneH - 4;
     let lastPixel = -1;
     for (let j = 0; j < indices.length; j++) {
@@ -178,7 +244,7 @@ function drawCalls(g, frame, data) {
         if (pixel === lastPixel) continue;
         lastPixel = pixel;
       }
-      g.fillStyle = KIND_COLOR[ev.kind[i]] || "#999";
+      g.fillStyle = paint.kinds[ev.kind[i]];
       g.fillRect(x0, y, Math.max(x1 - x0, 1), h);
       boxes++;
     }
@@ -186,12 +252,19 @@ function drawCalls(g, frame, data) {
   return boxes;
 }
 
-function drawCollectives(g, frame, data) {
-  // One frame across the lanes of the ranks that took part (of those shown).
-  const { coll, ranks } = data, ops = data.opFilter, comms = data.commFilter;
-  g.strokeStyle = "rgba(242,142,43,0.9)";
+/**
+ * One frame across the lanes of the ranks that took part in a collective (of those shown).
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawCollectives(g, frame, run, shown, paint) {
+  const { coll } = run, { ranks } = shown;
+  g.strokeStyle = paint.collective;
   for (let k = 0; k < coll.low.length; k++) {
-    if ((ops >= 0 && coll.op[k] !== ops) || (comms >= 0 && coll.comm[k] !== comms)) continue;
+    if ((shown.op >= 0 && coll.op[k] !== shown.op) || (shown.comm >= 0 && coll.comm[k] !== shown.comm)) continue;
     const x0 = frame.xOf(coll.start[k]), x1 = frame.xOf(coll.end[k]);
     if (x1 < LEFT || x0 > frame.width) continue;
     const first = firstLane(ranks, coll.low[k]), last = firstLane(ranks, coll.high[k] + 1) - 1;  // shown members
@@ -201,13 +274,25 @@ function drawCollectives(g, frame, data) {
   }
 }
 
-// The first lane (index into the sorted shown ranks) whose rank is at least ``rank``.
+/**
+ * The first lane (index into the sorted shown ranks) whose rank is at least ``rank``.
+ * @param {number[]} ranks
+ * @param {number} rank
+ */
 function firstLane(ranks, rank) {
   let lo = 0, hi = ranks.length;
   while (lo < hi) { const mid = (lo + hi) >> 1; if (ranks[mid] < rank) lo = mid + 1; else hi = mid; }
   return lo;
 }
 
+/**
+ * @param {Context} g
+ * @param {number} x0
+ * @param {number} y0
+ * @param {number} x1
+ * @param {number} y1
+ * @param {boolean} filled
+ */
 function arrowHead(g, x0, y0, x1, y1, filled) {
   const angle = Math.atan2(y1 - y0, x1 - x0);
   g.beginPath();
@@ -217,36 +302,53 @@ function arrowHead(g, x0, y0, x1, y1, filled) {
   if (filled) g.fill(); else g.stroke();
 }
 
-function drawMessages(g, frame, data) {
-  // An arrow from each send to the end of its receive (both halves shown). Returns the arrows drawn.
-  const { msg, lane, visible } = data;
+/**
+ * An arrow from each send to the end of its receive (both halves shown). Returns the arrows drawn.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawMessages(g, frame, run, shown, paint) {
+  const { msg } = run, { lane, visible } = shown;
   let arrows = 0;
-  g.strokeStyle = "rgba(30,30,30,0.55)";
-  g.fillStyle = "rgba(30,30,30,0.7)";
+  g.save();
+  g.strokeStyle = g.fillStyle = paint.text;
+  g.globalAlpha = 0.6;
   g.lineWidth = 1;
   for (let k = 0; k < msg.source.length; k++) {
     if (!visible[msg.send[k]] || !visible[msg.recv[k]]) continue;
     const x0 = frame.xOf(msg.start[k]), x1 = frame.xOf(msg.end[k]);
     if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
-    const y0 = frame.yOf(lane.get(msg.source[k])) + frame.laneH / 2;
-    const y1 = frame.yOf(lane.get(msg.dest[k])) + frame.laneH / 2;
+    const y0 = frame.yOf(/** @type {number} */ (lane.get(msg.source[k]))) + frame.laneH / 2;
+    const y1 = frame.yOf(/** @type {number} */ (lane.get(msg.dest[k]))) + frame.laneH / 2;
     g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
     arrowHead(g, x0, y0, x1, y1, true);
     arrows++;
   }
+  g.restore();
   return arrows;
 }
 
-function drawWaits(g, frame, data) {
-  // The waiting part of each call that waited: a red band along the bottom of its box.
-  const { waits, lane } = data;
+/**
+ * The waiting part of each call that waited: a band along the bottom of its box.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawWaits(g, frame, run, shown, paint) {
+  const { waits } = run, { lane } = shown;
   let drawn = 0;
-  g.fillStyle = WAIT_COLOR;
+  g.fillStyle = paint.wait;
   for (let k = 0; k < waits.rank.length; k++) {
-    if (!lane.has(waits.rank[k])) continue;
+    const laneIndex = lane.get(waits.rank[k]);
+    if (laneIndex === undefined) continue;
     const x0 = frame.xOf(waits.start[k]), x1 = frame.xOf(waits.end[k]);
     if (x1 < LEFT || x0 > frame.width) continue;
-    const y = frame.yOf(lane.get(waits.rank[k]));
+    const y = frame.yOf(laneIndex);
     const band = Math.max(2, Math.floor(frame.laneH / 4));
     g.fillRect(x0, y + frame.laneH - 2 - band, Math.max(x1 - x0, 1), band);
     drawn++;
@@ -254,23 +356,31 @@ function drawWaits(g, frame, data) {
   return drawn;
 }
 
-function drawOpen(g, frame, data) {
-  // Calls that a stopped run broke off: an open box to where the rank stopped, and a dashed arrow
-  // towards the rank it waited for, so that a deadlock's cycle shows as crossing arrows.
-  const { ev, lane } = data;
+/**
+ * Calls that a stopped run broke off: an open box to where the rank stopped, and a dashed arrow
+ * towards the rank it waited for, so that a deadlock's cycle shows as crossing arrows.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawOpen(g, frame, run, shown, paint) {
+  const { ev } = run, { lane } = shown;
   let drawn = 0;
   g.save();
   g.setLineDash([4, 3]);
   g.lineWidth = 1.5;
   for (let i = 0; i < ev.rank.length; i++) {
-    if (!ev.open[i] || !data.visible[i]) continue;
+    if (!ev.open[i] || !shown.visible[i]) continue;
     const x0 = frame.xOf(ev.start[i]), x1 = frame.xOf(ev.stop[i]);
-    const y = frame.yOf(lane.get(ev.rank[i]));
-    g.strokeStyle = KIND_COLOR[ev.kind[i]] || "#999";
+    const y = frame.yOf(/** @type {number} */ (lane.get(ev.rank[i])));
+    g.strokeStyle = paint.kinds[ev.kind[i]];
     g.strokeRect(x0, y + 2, Math.max(x1 - x0, 2), frame.laneH - 4);
-    if (ev.peer[i] >= 0 && lane.has(ev.peer[i]) && ev.peer[i] !== ev.rank[i]) {
-      const y0 = y + frame.laneH / 2, y1 = frame.yOf(lane.get(ev.peer[i])) + frame.laneH / 2;
-      g.strokeStyle = WAIT_COLOR;
+    const peerLane = lane.get(ev.peer[i]);
+    if (ev.peer[i] >= 0 && peerLane !== undefined && ev.peer[i] !== ev.rank[i]) {
+      const y0 = y + frame.laneH / 2, y1 = frame.yOf(peerLane) + frame.laneH / 2;
+      g.strokeStyle = paint.wait;
       g.beginPath(); g.moveTo(x1, y0); g.lineTo(x1 - 28, y1); g.stroke();
       g.setLineDash([]);
       arrowHead(g, x1, y0, x1 - 28, y1, false);
@@ -282,17 +392,27 @@ function drawOpen(g, frame, data) {
   return drawn;
 }
 
-function drawPath(g, frame, data) {
-  // The critical path: a red line through the lanes, jumping where a message or an arrival set the time.
-  const { path, lane } = data;
-  let steps = 0, last = null;
+/**
+ * The critical path: a red line through the lanes, jumping where a message or an arrival set the time.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawPath(g, frame, run, shown, paint) {
+  const { path } = run, { lane } = shown;
+  let steps = 0;
+  /** @type {{ x: number, y: number } | null} */
+  let last = null;
   g.save();
-  g.strokeStyle = PATH_COLOR;
+  g.strokeStyle = paint.path;
   g.lineWidth = 2.5;
   g.beginPath();
   for (let k = 0; k < path.rank.length; k++) {
-    if (!lane.has(path.rank[k])) { last = null; continue; }
-    const y = frame.yOf(lane.get(path.rank[k])) + frame.laneH / 2;
+    const laneIndex = lane.get(path.rank[k]);
+    if (laneIndex === undefined) { last = null; continue; }
+    const y = frame.yOf(laneIndex) + frame.laneH / 2;
     const x0 = frame.xOf(path.start[k]), x1 = frame.xOf(path.end[k]);
     if (last) g.moveTo(last.x, last.y); else g.moveTo(x0, y);
     g.lineTo(x0, y);
@@ -305,12 +425,19 @@ function drawPath(g, frame, data) {
   return steps;
 }
 
-function callAt(frame, data, x, y) {
-  // The call under the cursor (index into the event columns), or -1.
+/**
+ * The call under the cursor (index into the event columns), or -1.
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {number} x
+ * @param {number} y
+ */
+function callAt(frame, run, shown, x, y) {
   const laneIndex = Math.floor((y - AXIS) / frame.laneH);
-  if (laneIndex < 0 || laneIndex >= data.ranks.length || x < LEFT) return -1;
+  if (laneIndex < 0 || laneIndex >= shown.ranks.length || x < LEFT) return -1;
   const t = frame.tOf(x), slack = (2 / (frame.width - LEFT - RIGHT)) * (frame.view.t1 - frame.view.t0);
-  const indices = data.byLane[laneIndex], { ev } = data;
+  const indices = shown.byLane[laneIndex], { ev } = run;
   let lo = 0, hi = indices.length - 1, last = -1;
   while (lo <= hi) {  // last call that started before the cursor
     const mid = (lo + hi) >> 1;
@@ -323,53 +450,73 @@ function callAt(frame, data, x, y) {
   return -1;
 }
 
-function callText(model, data, i) {
-  const { ev, waits } = data;
-  const ops = model.get("ops"), files = model.get("files");
+/**
+ * What the tooltip says of call ``i``.
+ * @param {Model} model
+ * @param {Run} run
+ * @param {number} i
+ */
+function callText(model, run, i) {
+  const { ev, waits } = run;
+  const ops = model.get("ops"), files = model.get("files"), kinds = model.get("kinds");
+  const waitKinds = model.get("wait_kinds");
   const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
   const tag = ev.tag[i] >= 0 ? `  tag ${ev.tag[i]}` : "";
-  let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${KIND[ev.kind[i]]})${peer}${tag}\n`
+  let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${kinds[ev.kind[i]]})${peer}${tag}\n`
     + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
     + `${files[ev.file[i]]}, line ${ev.line[i]}`;
   if (ev.open[i]) text += "\nunfinished: still waiting when the run stopped";
   for (let k = 0; k < waits.rank.length; k++) {
     if (waits.rank[k] === ev.rank[i] && waits.start[k] >= ev.start[i] - 1e-9 && waits.end[k] <= ev.stop[i] + 1e-9) {
-      text += `\n${WAIT_KINDS[waits.kind[k]]}: waited ${fmtTime(waits.end[k] - waits.start[k])} for rank ${waits.peer[k]}`;
+      text += `\n${waitKinds[waits.kind[k]]}: waited ${fmtTime(waits.end[k] - waits.start[k])} for rank ${waits.peer[k]}`;
     }
   }
   return text;
 }
 
-function filterBar(model, data, onChange) {
-  // Ranks, operation, communicator, tag; and whether waits and the critical path are drawn.
+/** @typedef {"show_ranks" | "show_tag"} TextFilter */
+/** @typedef {"show_op" | "show_comm"} ChoiceFilter */
+/** @typedef {"show_waits" | "show_path"} CheckFilter */
+
+/**
+ * Ranks, operation, communicator, tag; and whether waits and the critical path are drawn.
+ * @param {Model} model
+ * @param {() => Shown} onChange redraws, and says what the filters leave
+ * @returns {[HTMLDivElement, (shown: Shown) => void]} the bar, and what marks bad input in it
+ */
+function filterBar(model, onChange) {
   const bar = document.createElement("div");
   bar.className = "filters";
+  /** @type {(key: TextFilter, label: string, hint: string) => [HTMLLabelElement, HTMLInputElement]} */
   const text = (key, label, hint) => {
     const input = document.createElement("input");
     input.type = "text"; input.value = model.get(key); input.placeholder = hint; input.dataset.filter = key;
     // Applied as one types (JupyterLab's command mode may take the Enter key for itself).
-    let pause = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let pause;
     input.addEventListener("input", () => {
       clearTimeout(pause);
-      pause = setTimeout(() => { model.set(key, input.value); model.save_changes(); onChange(); }, 250);
+      pause = setTimeout(() => { model.set(key, input.value); model.save_changes(); mark(onChange()); }, 250);
     });
     const wrap = document.createElement("label");
     wrap.append(`${label} `, input);
     return [wrap, input];
   };
+  /** @type {(key: ChoiceFilter, label: string, values: string[]) => HTMLLabelElement} */
   const choice = (key, label, values) => {
     const select = document.createElement("select");
     select.dataset.filter = key;
     for (const value of ["", ...values]) select.add(new Option(value || "all", value, false, value === model.get(key)));
-    select.addEventListener("change", () => { model.set(key, select.value); model.save_changes(); onChange(); });
+    select.addEventListener("change", () => { model.set(key, select.value); model.save_changes(); mark(onChange()); });
     const wrap = document.createElement("label");
     wrap.append(`${label} `, select);
     return wrap;
   };
+  /** @type {(key: CheckFilter, label: string) => HTMLLabelElement} */
   const check = (key, label) => {
     const box = document.createElement("input");
     box.type = "checkbox"; box.checked = model.get(key); box.dataset.filter = key;
-    box.addEventListener("change", () => { model.set(key, box.checked); model.save_changes(); onChange(); });
+    box.addEventListener("change", () => { model.set(key, box.checked); model.save_changes(); mark(onChange()); });
     const wrap = document.createElement("label");
     wrap.append(box, ` ${label}`);
     return wrap;
@@ -378,11 +525,45 @@ function filterBar(model, data, onChange) {
   const [tagLabel, tagInput] = text("show_tag", "tag", "all");
   bar.append(ranksLabel, choice("show_op", "op", model.get("ops")), choice("show_comm", "comm", model.get("comms")),
              tagLabel, check("show_waits", "waits"), check("show_path", "critical path"));
-  const mark = () => { ranksInput.classList.toggle("bad", data.badRanks); tagInput.classList.toggle("bad", data.badTag); };
+  /** @param {Shown} shown */
+  function mark(shown) {
+    ranksInput.classList.toggle("bad", shown.badRanks);
+    tagInput.classList.toggle("bad", shown.badTag);
+  }
   return [bar, mark];
 }
 
-function timeline(model, data, box) {
+/**
+ * The legend under the diagram: the kinds of calls and what the marks mean.
+ * @param {string[]} kinds
+ */
+function legendOf(kinds) {
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  /** @param {string} className @param {string} label @param {string} [background] */
+  const key = (className, label, background) => {
+    const swatch = document.createElement("span");
+    swatch.className = `key ${className}`;
+    if (background) swatch.style.background = background;
+    legend.append(swatch, label);
+  };
+  for (const kind of kinds.slice(0, 4)) key(`kind-${kind}`, kind, `var(--mpinb-kind-${kind})`);
+  key("computing", "computing");
+  key("waiting", "waiting");
+  key("critical", "critical path");
+  key("unfinished", "unfinished");
+  legend.append(" \u00b7 wheel: zoom, drag: pan, double-click: reset");
+  return legend;
+}
+
+/**
+ * The space-time diagram with its filters and legend; returns what redraws it at a new width.
+ * @param {Model} model
+ * @param {Run} run
+ * @param {HTMLElement} box
+ * @param {HTMLElement} root
+ */
+function timeline(model, run, box, root) {
   const expanded = model.get("expanded");
   const plot = document.createElement("div");
   plot.className = "plot";
@@ -391,30 +572,25 @@ function timeline(model, data, box) {
   const tip = document.createElement("div");
   tip.className = "tip";
   plot.append(canvas, tip);
-  const legend = document.createElement("div");
-  legend.className = "legend";
-  legend.innerHTML = KIND.slice(0, 4).map((k, i) => `<span style="background:${KIND_COLOR[i]}"></span>${k}`).join("")
-    + "<span style='background:#fff;border:1px solid #ccc'></span>computing"
-    + `<span style="background:${WAIT_COLOR}"></span>waiting`
-    + `<span style="background:${PATH_COLOR};height:3px"></span>critical path`
-    + "<span style='background:#fff;border:1px dashed #d62728'></span>unfinished"
-    + " \u00b7 wheel: zoom, drag: pan, double-click: reset";
 
   const duration = Math.max(model.get("duration"), model.get("axis_end"), 1e-9);
   const dpr = window.devicePixelRatio || 1;
-  let frame = null;
+  const paint = paintOf(model, root);
+  /** @type {Shown} */
+  let shown;
+  /** @type {Frame} */
+  let frame;
 
   function layout() {
-    applyFilters(model, data);
-    data.opFilter = model.get("ops").indexOf(model.get("show_op"));
-    data.commFilter = model.get("comms").indexOf(model.get("show_comm"));
+    shown = applyFilters(model, run);
     // Up to a few dozen ranks fit as they are; beyond, lanes thin out and the plot scrolls.
-    const thinnest = data.ranks.length > 128 ? 3 : 8;
-    const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / data.ranks.length)));
+    const thinnest = shown.ranks.length > 128 ? 3 : 8;
+    const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / shown.ranks.length)));
     const view = frame ? frame.view : { t0: 0, t1: duration };
-    frame = makeFrame(data.ranks.length, laneH, duration);
+    frame = makeFrame(shown.ranks.length, laneH, duration);
     frame.view = view;
     size();
+    return shown;
   }
 
   function size() {
@@ -425,27 +601,28 @@ function timeline(model, data, box) {
 
   function draw() {
     const g = canvas.getContext("2d");
+    if (!g) return;
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, frame.width, frame.height);
-    drawLanes(g, frame, data.ranks);
+    drawLanes(g, frame, shown.ranks, paint);
     g.save();
     g.beginPath(); g.rect(LEFT, 0, frame.width - LEFT - RIGHT, frame.height); g.clip();
-    const boxes = drawCalls(g, frame, data);
-    const waits = model.get("show_waits") ? drawWaits(g, frame, data) : 0;
-    drawCollectives(g, frame, data);
-    const arrows = drawMessages(g, frame, data);
-    const open = drawOpen(g, frame, data);
-    const path = model.get("show_path") ? drawPath(g, frame, data) : 0;
+    const boxes = drawCalls(g, frame, run, shown, paint);
+    const waits = model.get("show_waits") ? drawWaits(g, frame, run, shown, paint) : 0;
+    drawCollectives(g, frame, run, shown, paint);
+    const arrows = drawMessages(g, frame, run, shown, paint);
+    const open = drawOpen(g, frame, run, shown, paint);
+    const path = model.get("show_path") ? drawPath(g, frame, run, shown, paint) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: data.ranks.length, boxes, arrows, waits, open, path, axisEnd: duration });
+    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, waits, open, path, axisEnd: duration });
   }
 
-  const [filters, markBad] = filterBar(model, data, () => { layout(); draw(); markBad(); });
-  box.append(filters, plot, legend);
+  const [filters, markBad] = filterBar(model, () => { const left = layout(); draw(); return left; });
+  box.append(filters, plot, legendOf(model.get("kinds")));
   // The biggest loss and what set the time, in words under the picture (the rest: Per rank).
-  const [loss] = model.get("losses"), [path] = model.get("path_text");
-  for (const [text, className] of [[loss, "loss"], [path, "path"]]) {
+  const [loss] = model.get("losses"), [pathText] = model.get("path_text");
+  for (const [text, className] of [[loss, "loss"], [pathText, "path"]]) {
     if (!text) continue;
     const line = document.createElement("div");
     line.className = className;
@@ -453,6 +630,7 @@ function timeline(model, data, box) {
     box.appendChild(line);
   }
 
+  /** @type {{ x: number } | null} */
   let dragging = null;
   canvas.addEventListener("mousemove", (event) => {
     const rect = canvas.getBoundingClientRect();
@@ -463,9 +641,9 @@ function timeline(model, data, box) {
       view.t0 += dt; view.t1 += dt; dragging.x = x; draw();
       return;
     }
-    const i = callAt(frame, data, x, y);
+    const i = callAt(frame, run, shown, x, y);
     if (i < 0) { tip.style.display = "none"; return; }
-    tip.textContent = callText(model, data, i);
+    tip.textContent = callText(model, run, i);
     tip.style.display = "block";
     tip.style.left = `${Math.min(x + 12, frame.width - 260)}px`;
     tip.style.top = `${y + 12}px`;
@@ -481,14 +659,29 @@ function timeline(model, data, box) {
     draw();
   }, { passive: false });
   canvas.addEventListener("dblclick", () => { frame.view.t0 = 0; frame.view.t1 = duration; draw(); });
-  layout();
+  markBad(layout());
   draw();
-  markBad();
   return () => { size(); draw(); };
 }
 
+/** @type {Record<TraceState["measure"], "matrix_count" | "matrix_bytes" | "matrix_time">} */
 const MEASURES = { messages: "matrix_count", bytes: "matrix_bytes", time: "matrix_time" };
 
+/**
+ * A cell of a heat map: shaded by ``level`` (0 to 1) in the first colour of mpinb's palette,
+ * over the theme's own background, so that the theme's text colour reads on it at any level.
+ * @param {HTMLTableCellElement} cell
+ * @param {number} level
+ */
+function shade(cell, level) {
+  cell.className = "cell";
+  if (level > 0) cell.style.background = `color-mix(in srgb, var(--mpinb-kind-send) ${(15 + 70 * level).toFixed(0)}%, transparent)`;
+}
+
+/**
+ * @param {Model} model
+ * @param {HTMLElement} box
+ */
 function matrix(model, box) {
   const measure = model.get("measure");
   const values = model.get(MEASURES[measure]);
@@ -499,23 +692,24 @@ function matrix(model, box) {
   const select = document.createElement("select");
   select.dataset.filter = "measure";
   for (const key of Object.keys(MEASURES)) select.add(new Option(key, key, false, key === measure));
-  select.addEventListener("change", () => { model.set("measure", select.value); model.save_changes(); });
+  select.addEventListener("change", () => {
+    model.set("measure", /** @type {TraceState["measure"]} */ (select.value));
+    model.save_changes();
+  });
   switcher.append("show ", select);
   const table = document.createElement("table");
   table.className = "heat";
   const head = table.insertRow();
   head.insertCell().textContent = "from \\ to";
-  values.forEach((_, j) => { head.insertCell().textContent = j; });
+  values.forEach((_, j) => { head.insertCell().textContent = String(j); });
+  /** @type {Record<TraceState["measure"], (v: number) => string>} */
   const show = { messages: (v) => (v ? String(v) : ""), bytes: (v) => (v ? fmtBytes(v) : ""), time: (v) => (v ? fmtTime(v) : "") };
   values.forEach((row, i) => {
     const tr = table.insertRow();
     tr.insertCell().textContent = `rank ${i}`;
     row.forEach((value, j) => {
       const cell = tr.insertCell();
-      cell.className = "cell";
-      const level = value / peak;
-      cell.style.background = value ? `rgba(78,121,167,${0.15 + 0.85 * level})` : "#fafafa";
-      cell.style.color = level > 0.6 ? "#fff" : "#222";
+      shade(cell, value / peak);
       cell.textContent = show[measure](value);
       cell.title = `rank ${i} \u2192 rank ${j}: ${counts[i][j]} messages, ${fmtBytes(bytes[i][j])}, ${fmtTime(times[i][j])}`;
     });
@@ -530,8 +724,14 @@ function matrix(model, box) {
   box.append(switcher, table, note);
 }
 
+/**
+ * Operations down, bins across; each cell's shade is its share of the operation's calls.
+ * @param {string} title
+ * @param {import("./state").Histogram} data
+ * @param {(value: number) => string} format
+ * @param {HTMLElement} box
+ */
 function histogram(title, data, format, box) {
-  // Operations down, bins across; each cell's shade is its share of the operation's calls.
   const heading = document.createElement("h4");
   heading.textContent = title;
   const table = document.createElement("table");
@@ -549,22 +749,28 @@ function histogram(title, data, format, box) {
     const peak = Math.max(1, ...row);
     for (let b = first; b <= last; b++) {
       const cell = tr.insertCell();
-      cell.className = "cell";
-      cell.style.background = row[b] ? `rgba(78,121,167,${0.15 + 0.85 * (row[b] / peak)})` : "#fafafa";
-      cell.style.color = row[b] / peak > 0.6 ? "#fff" : "#222";
-      cell.textContent = row[b] || "";
+      shade(cell, row[b] / peak);
+      cell.textContent = row[b] ? String(row[b]) : "";
       cell.title = `${op}: ${row[b]} in [${format(data.edges[b])}, ${format(data.edges[b + 1])})`;
     }
   }
   box.append(heading, table);
 }
 
+/**
+ * @param {Model} model
+ * @param {HTMLElement} box
+ */
 function statistics(model, box) {
   const hist = model.get("histograms");
   histogram("Message sizes (messages sent, per operation)", hist.sizes, fmtBytes, box);
   histogram("Call durations (calls, per operation)", hist.durations, fmtTime, box);
 }
 
+/**
+ * @param {Model} model
+ * @param {HTMLElement} box
+ */
 function summary(model, box) {
   const rows = model.get("summary");
   const table = document.createElement("table");
@@ -573,20 +779,20 @@ function summary(model, box) {
   for (const row of rows) {
     const tr = table.insertRow();
     const share = row.wall > 0 ? row.mpi / row.wall : 0;
-    tr.insertCell().textContent = row.rank;
+    tr.insertCell().textContent = String(row.rank);
     const stack = document.createElement("div");
     stack.className = "stack";
-    stack.innerHTML = `<div style="width:${(100 * share).toFixed(1)}%;background:#f28e2b"></div>`;
+    const inMpi = document.createElement("div");
+    inMpi.style.width = `${(100 * share).toFixed(1)}%`;
+    stack.appendChild(inMpi);
     const cell = tr.insertCell();
     cell.style.textAlign = "left";
     cell.appendChild(stack);
-    tr.insertCell().textContent = fmtTime(row.wall);
-    tr.insertCell().textContent = `${(100 * share).toFixed(0)}%`;
-    tr.insertCell().textContent = fmtTime(row.waiting || 0);
-    tr.insertCell().textContent = row.messages_sent;
-    tr.insertCell().textContent = row.messages_received;
-    tr.insertCell().textContent = fmtBytes(row.bytes_sent);
-    tr.insertCell().textContent = fmtBytes(row.bytes_received);
+    for (const text of [fmtTime(row.wall), `${(100 * share).toFixed(0)}%`, fmtTime(row.waiting || 0),
+                        String(row.messages_sent), String(row.messages_received), fmtBytes(row.bytes_sent),
+                        fmtBytes(row.bytes_received)]) {
+      tr.insertCell().textContent = text;
+    }
   }
   box.appendChild(table);
   for (const text of model.get("losses")) { // where time was lost, biggest first
@@ -603,13 +809,14 @@ function summary(model, box) {
 
 const PANELS = [["timeline", "Space-time"], ["matrix", "Matrix"], ["summary", "Per rank"], ["stats", "Statistics"]];
 
+/** @type {import("@anywidget/types").Render<TraceState>} */
 function render({ model, el }) {
-  const style = document.createElement("style");
-  style.textContent = CSS;
   const root = document.createElement("div");
   root.className = "mpinb-trace";
-  el.append(style, root);
-  const data = load(model);
+  setColors(root, model.get("colors"));
+  el.append(root);
+  const run = load(model);
+  /** @type {(() => void) | null} */
   let resize = null;
 
   function draw() {
@@ -627,8 +834,8 @@ function render({ model, el }) {
     const info = document.createElement("span");
     info.className = "info";
     const dropped = model.get("dropped");
-    const open = data.ev.open.reduce((n, v) => n + v, 0);
-    info.textContent = `${data.ev.rank.length} MPI calls \u00b7 ${data.msg.source.length} messages \u00b7 `
+    const open = run.ev.open.reduce((n, v) => n + v, 0);
+    info.textContent = `${run.ev.rank.length} MPI calls \u00b7 ${run.msg.source.length} messages \u00b7 `
       + fmtTime(model.get("duration")) + (open ? ` \u00b7 stopped with ${open} calls unfinished` : "")
       + (dropped ? ` \u00b7 ${dropped} calls not recorded (buffer full)` : "");
     const toggle = document.createElement("span");
@@ -645,8 +852,8 @@ function render({ model, el }) {
     else if (panel === "summary") summary(model, box);
     else if (panel === "stats") statistics(model, box);
     else {
-      // The canvas needs the box's width, known once it is in the page.
-      requestAnimationFrame(() => { resize = timeline(model, data, box); });
+      // The canvas needs the box's width, and the theme's colours, known once it is in the page.
+      requestAnimationFrame(() => { resize = timeline(model, run, box, root); });
     }
   }
   model.on("change:panel", draw);

@@ -13,6 +13,8 @@ import anywidget
 import numpy as np
 import traitlets as t
 
+from .._colors import WIDGET_COLORS
+from .._events import KIND_NAMES
 from ..trace import Trace
 from ..trace._arrays import busy_until
 from ..trace._svg import space_time_svg, summary_text
@@ -28,6 +30,10 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     """Views of one :class:`~mpinb.trace.Trace`; ``expanded`` shows them full size."""
 
     _esm = pathlib.Path(__file__).with_name("trace.js")
+    _css = pathlib.Path(__file__).with_name("trace.css")
+    colors = t.Dict(WIDGET_COLORS).tag(sync=True)  # what trace.js draws with (mpinb._colors)
+    kinds = t.List(t.Unicode(), list(KIND_NAMES)).tag(sync=True)  # the names of the events' kinds, by number
+    wait_kinds = t.List(t.Unicode(), list(WAIT_KINDS)).tag(sync=True)  # the names of the waits' kinds
 
     ranks = t.List(t.Int()).tag(sync=True)
     ops = t.List(t.Unicode()).tag(sync=True)
