@@ -39,19 +39,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# JupyterLab (the default) and Jupyter Notebook 7: the same widgets must work in both.
+APPS = {"lab": ("jupyterlab", "LabApp", "lab/tree"), "notebook": ("notebook", "JupyterNotebookApp", "notebooks")}
+
+
 @contextmanager
-def jupyterlab(root: str) -> Iterator[str]:
-    """Serve JupyterLab on ``root``; yield the base URL with its token query."""
+def jupyterlab(root: str, app: str = "lab", theme: str = "JupyterLab Light") -> Iterator[str]:
+    """Serve JupyterLab (or Notebook 7: ``app="notebook"``) on ``root`` in ``theme``; yield the
+    base URL with its token query and the app."""
+    module, app_class, _ = APPS[app]
     port, token = _free_port(), secrets.token_hex(16)
     settings = os.path.join(root, ".settings")
     os.makedirs(settings, exist_ok=True)
     with open(os.path.join(settings, "overrides.json"), "w") as handle:
-        json.dump(SETTINGS, handle)
-    log = open(os.path.join(root, "jupyterlab.log"), "w")
+        json.dump({**SETTINGS, "@jupyterlab/apputils-extension:themes": {"theme": theme}}, handle)
+    log = open(os.path.join(root, f"{module}.log"), "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        [sys.executable, "-m", module, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         f"--LabApp.app_settings_dir={settings}", "--LabApp.news_url=None", "--allow-root"],
+         # (Notebook 7 reads its settings through JupyterLab's server extension, LabApp, too)
+         f"--LabApp.app_settings_dir={settings}",
+         *(["--LabApp.news_url=None"] if app == "lab" else [f"--{app_class}.app_settings_dir={settings}"]),
+         "--allow-root"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -63,9 +72,9 @@ def jupyterlab(root: str) -> Iterator[str]:
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start") from None
+                    raise RuntimeError(f"{module} did not start") from None
                 time.sleep(0.2)
-        yield f"{base}|{token}"
+        yield f"{base}|{token}|{app}"
     finally:
         server.terminate()  # shuts its kernels down, which stops their pools
         try:
@@ -77,18 +86,21 @@ def jupyterlab(root: str) -> Iterator[str]:
 
 @contextmanager
 def page_on(server: str, notebook: str):
-    """A chromium page with ``notebook`` open in JupyterLab."""
+    """A chromium page with ``notebook`` open in JupyterLab (or Notebook 7)."""
     from playwright.sync_api import sync_playwright
 
-    base, token = server.split("|")
+    base, token, app = server.split("|")
     with sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{base}/lab/tree/{notebook}?token={token}&reset")
+            page.goto(f"{base}/{APPS[app][2]}/{notebook}?token={token}&reset")
             page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            # The toolbar says "idle" even before a kernel exists; the status bar waits for it.
-            page.wait_for_selector(".jp-StatusBar-Widget:has-text('| Idle')", timeout=60_000)
+            # The toolbar says "idle" even before a kernel exists; JupyterLab's status bar (Notebook
+            # 7's kernel indicator) waits for it.
+            idle = (".jp-StatusBar-Widget:has-text('| Idle')" if app == "lab"
+                    else "[data-status='idle']")
+            page.wait_for_selector(idle, timeout=60_000, state="attached")
             yield page
         finally:
             browser.close()

@@ -9,6 +9,8 @@ import pytest
 from browser import CHROMIUM, CHROMIUM_FLAGS, jupyterlab, page_on, run_all, write_notebook
 from conftest import wait_until_gone
 
+from mpinb._colors import ODD, tint
+
 pytestmark = pytest.mark.browser
 
 
@@ -231,10 +233,10 @@ def test_inspect_and_stacks_render_in_jupyterlab(tmp_path, artifacts, existing_p
     with jupyterlab(str(tmp_path)) as server, page_on(server, "views.ipynb") as page:
         run_all(page)
         table = page.wait_for_selector(".mpinb-inspect table", timeout=120_000)
-        odd = table.query_selector_all("tr[style*='fde2c8']")
+        odd = table.query_selector_all(f"tr[style*='{tint(ODD, 0.3)}']")
         assert [row.inner_text().split("\t")[0] for row in odd] == ["rank 1"], "the rank that differs is marked"
         assert "first: [3]: -1 vs 3" in page.locator(".mpinb-inspect").inner_text()
-        assert page.locator(".mpinb-inspect svg rect[fill='#e8822a']").count() == 1, "its bar is orange"
+        assert page.locator(f".mpinb-inspect svg rect[fill='{ODD}']").count() == 1, "its bar is orange"
         stacks = page.wait_for_selector(".mpinb-stacks", timeout=60_000)
         assert stacks.inner_text().splitlines() == ["3 ranks: 3 idle", "ranks 0-2: idle"]
         page.screenshot(path=os.path.join(artifacts, "inspect-and-stacks.png"))
@@ -275,3 +277,102 @@ def test_the_trace_views_rank_filter_follows_the_python_rule():
         except ValueError:
             python = None
         assert javascript == python, f"{text!r}: trace.js selects {javascript}, parse_ranks {python}"
+
+
+# Every text inside mpinb's views, with the contrast of its colour against what is behind it
+# (backgrounds composited up to the first opaque one), as WCAG defines contrast.
+CONTRASTS = """(selector) => {
+    const parse = (text) => {
+        let m = text.match(/^rgba?\\(([^)]*)\\)$/);
+        if (m) { const p = m[1].split(/[\\s,/]+/).filter(Boolean).map(Number);
+                 return [p[0] / 255, p[1] / 255, p[2] / 255, p.length > 3 ? p[3] : 1]; }
+        m = text.match(/^color\\(srgb ([^)]*)\\)$/);
+        if (m) { const p = m[1].split(/[\\s/]+/).filter(Boolean).map(Number);
+                 return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; }
+        throw new Error(`a colour this test cannot read: ${text}`);
+    };
+    const over = (top, below) => [0, 1, 2].map((i) => top[i] * top[3] + below[i] * (1 - top[3])).concat([1]);
+    const background = (el) => {
+        const layers = [];
+        for (let node = el; node; node = node.parentElement) {
+            const colour = parse(getComputedStyle(node).backgroundColor);
+            if (colour[3] > 0) layers.push(colour);
+            if (colour[3] >= 1) break;
+        }
+        return layers.reverse().reduce((below, top) => over(top, below), [1, 1, 1, 1]);
+    };
+    const luminance = (c) => {
+        const [r, g, b] = c.slice(0, 3).map((v) => (v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const found = [];
+    for (const root of document.querySelectorAll(selector)) {
+        for (const el of [root, ...root.querySelectorAll("*")]) {
+            const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+            if (!own || !el.getClientRects().length || getComputedStyle(el).visibility === "hidden") continue;
+            const back = background(el), fore = over(parse(getComputedStyle(el).color), back);
+            const [hi, lo] = [luminance(fore), luminance(back)].sort((a, b) => b - a);
+            found.push({ text: el.textContent.trim().slice(0, 40), contrast: (hi + 0.05) / (lo + 0.05),
+                         color: getComputedStyle(el).color, back: back.map((v) => v.toFixed(2)).join(",") });
+        }
+    }
+    return found;
+}"""
+VIEWS = ".mpinb-out, .mpinb-trace, .mpinb-progress, .mpinb-inspect, .mpinb-stacks, .mpinb-check"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("app, theme", [("lab", "JupyterLab Light"), ("lab", "JupyterLab Dark"),
+                                        ("notebook", "JupyterLab Dark")],
+                         ids=["lab-light", "lab-dark", "notebook7-dark"])
+def test_the_views_follow_the_theme_in_jupyterlab_and_notebook_7(tmp_path, artifacts, existing_pools, app, theme):
+    """Every text of every view reads at WCAG AA's contrast (4.5:1) in the light and the dark
+    theme, the canvas's lanes take the theme's colours, and the widgets work in Notebook 7."""
+    write_notebook(str(tmp_path / "themed.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 6 --view full\nimport sys, time\nprint('hello from rank', rank)\nif rank == 3:\n"
+        "    print('a warning', file=sys.stderr)\nif rank == 1:\n    time.sleep(0.2)\n"
+        "comm.send(rank, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)\n"
+        "x = comm.allreduce(rank)",
+        "%%mpi --view none\nimport mpinb\nfor step in mpinb.progress(range(8), desc='steps'):\n"
+        "    time.sleep(0.2 if rank == 0 else 0.01)",
+        "%%mpi\nv = np.arange(4.0) + (rank == 2)",
+        "%mpi inspect v",
+        "%mpi stacks",
+        "from mpinb.teach._grading import CheckResult\n"
+        "display(CheckResult('ring', True), CheckResult('ring', False, ['the exchange deadlocked']))",
+        "%%mpi\nprint('last')\nif rank == 5:\n    raise ValueError('five')",  # last: Run All stops at an error
+    ])
+    dark = "Dark" in theme
+    with jupyterlab(str(tmp_path), app=app, theme=theme) as server, page_on(server, "themed.ipynb") as page:
+        # the theme is applied once its plugin has loaded
+        page.wait_for_function(f"document.body.dataset.jpThemeLight === '{str(not dark).lower()}'", timeout=30_000)
+        run_all(page)
+        page.wait_for_selector(".mpinb-out .summary:has-text('failed on rank 5')", timeout=150_000)
+        canvas = page.wait_for_selector(".mpinb-trace canvas[data-arrows]", timeout=30_000)
+        assert (canvas.get_attribute("data-lanes"), canvas.get_attribute("data-arrows")) == ("6", "6")
+        tabs = [t.strip() for t in page.locator(".mpinb-out").last.locator(".tab").all_inner_texts()]
+        assert tabs[:3] == ["All ranks", "By output", "rank 0 \u2713"] and tabs[-1] == "rank 5 \u2717", tabs
+        page.locator(".mpinb-out .tab[data-tab='rank-3']").first.click()
+        assert "a warning" in page.locator(".mpinb-out .content").first.inner_text()
+        page.locator(".mpinb-progress[data-over='1']").wait_for(timeout=30_000)
+        # the lanes are drawn in the theme's colour: light on a light theme, dark on a dark one
+        lane = page.evaluate("""(c) => { const g = c.getContext('2d'), r = devicePixelRatio;
+            const [red, green, blue] = g.getImageData(58 * r, (18 + 13) * r, 1, 1).data;
+            return (0.2126 * red + 0.7152 * green + 0.0722 * blue) / 255; }""", canvas)
+        assert (lane < 0.35) if dark else (lane > 0.75), f"lane brightness {lane:.2f} in {theme}"
+        for panel in ("timeline", "matrix", "summary"):
+            page.locator(f".mpinb-trace .tab[data-panel='{panel}']").first.click()
+            page.wait_for_timeout(300)
+            page.screenshot(path=os.path.join(artifacts, f"themed-{app}-{theme.split()[-1].lower()}-{panel}.png"),
+                            full_page=True)
+            texts = page.evaluate(CONTRASTS, VIEWS)
+            assert len(texts) > 20, texts
+            poor = [t for t in texts if t["contrast"] < 4.5]
+            assert not poor, f"{theme}, {panel}: text below 4.5:1 contrast: {poor[:8]}"
+        for kind in ("mpinb-inspect", "mpinb-stacks", "mpinb-check", "mpinb-progress"):
+            assert page.locator(f".{kind}").count(), f"no {kind} was drawn"
+        page.locator(".mpinb-check").last.scroll_into_view_if_needed()
+        shade = theme.split()[-1].lower()
+        page.screenshot(path=os.path.join(artifacts, f"themed-{app}-{shade}-inspect-stacks-check.png"))
+    assert not wait_until_gone(15, existing_pools), "shutting the server down must stop the notebook's pool"
