@@ -134,3 +134,40 @@ def test_version_is_written_once_and_named_by_the_changelog():
     changelog = open(os.path.join(os.path.dirname(__file__), "..", "CHANGELOG.md")).read()
     newest = next(line for line in changelog.splitlines() if line.startswith("## "))
     assert newest.startswith(f"## {package.__version__} "), f"CHANGELOG.md's newest entry is {newest!r}"
+
+
+def test_tutorials_are_copied_and_a_learners_edits_are_never_overwritten(tmp_path):
+    import hashlib
+
+    from mpinb.cli import _tutorials
+
+    folder = tmp_path / "learn"
+    done = mpinb("tutorials", str(folder), timeout=60)
+    assert done.returncode == 0, done.stderr
+    source = _tutorials.source()
+    expected = sorted(name for name, _ in _tutorials._files(source))
+    copied = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                    if p.is_file() and p.name != ".mpinb-tutorials.json")
+    assert copied == expected and "zh/术语表.md" in copied and "solutions/parallel_pi.py" in copied
+    assert f"copied {len(expected)} files" in done.stdout and f"mpinb lab {folder}" in done.stdout
+
+    edited, untouched = folder / "01-point-to-point.ipynb", folder / "zh" / "02-collectives.ipynb"
+    edited.write_text(edited.read_text().replace("point", "POINT", 1))
+    # an older mpinb's copy of a file the learner never opened: the manifest says it is ours
+    untouched.write_text("{}")
+    manifest = json.loads((folder / ".mpinb-tutorials.json").read_text())
+    manifest["zh/02-collectives.ipynb"] = hashlib.sha256(b"{}").hexdigest()
+    (folder / ".mpinb-tutorials.json").write_text(json.dumps(manifest))
+    again = mpinb("tutorials", str(folder), timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert "POINT" in edited.read_text(), "the learner's edit is kept"
+    assert "kept your edits in 01-point-to-point.ipynb" in again.stdout
+    assert untouched.read_bytes() == (source / "zh" / "02-collectives.ipynb").read_bytes(), "brought up to date"
+    assert "updated 1 files you had not changed: zh/02-collectives.ipynb" in again.stdout
+    third = mpinb("tutorials", str(folder), timeout=60)
+    assert "kept your edits in 01-point-to-point.ipynb" in third.stdout, "still told, run after run"
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    refused = mpinb("tutorials", str(not_a_folder), timeout=60)
+    assert refused.returncode == 2 and "is a file, not a folder" in refused.stderr

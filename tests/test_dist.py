@@ -1,8 +1,9 @@
 """What a release carries: the sdist and the wheel that `make dist` builds pass `twine check
 --strict` (metadata, the README renders as the long description), the wheel holds every file of
 the package (widgets' ES modules, the C tracer's source, the digits data, the kernelspec, the
-licence) and its metadata the one version and the bounded dependencies. `make dist` runs this on
-what it built (``MPINB_DIST``); alone, the test builds into a folder of its own."""
+licence, the tutorials in both languages) and its metadata the one version and the bounded
+dependencies. `make dist` runs this on what it built (``MPINB_DIST``); alone, the test builds into
+a folder of its own."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def test_the_wheel_carries_every_file_of_the_package_and_one_version(dist):
     assert not missing, f"the wheel lacks {missing}"
     kernelspec = {"mpinb/kernelspec/" + path.name for path in (ROOT / "kernel").iterdir()}
     assert kernelspec <= names, f"the wheel lacks the kernelspec: {sorted(kernelspec - names)}"
+    tutorials = {"mpinb/tutorials/" + path.removeprefix("notebooks/") for path in _tracked("notebooks")}
+    assert tutorials <= names, f"the wheel lacks tutorials (mpinb tutorials copies them): {sorted(tutorials - names)}"
+    assert "mpinb/tutorials/zh/术语表.md" in names and "mpinb/tutorials/solutions/zero_step.py" in names
     info = f"mpinb-{mpinb.__version__}.dist-info"
     assert f"{info}/licenses/LICENSE" in names, "the wheel carries no licence"
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()

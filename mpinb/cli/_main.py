@@ -1,4 +1,4 @@
-"""The ``mpinb`` command: ``lab``, ``run``, ``doctor``, ``bench`` and ``kernel install``.
+"""The ``mpinb`` command: ``lab``, ``tutorials``, ``run``, ``doctor``, ``bench`` and ``kernel install``.
 
 Exit codes: 0 success; 1 the work failed (a notebook cell, a doctor check, the benchmarks);
 2 bad arguments or input (argparse's own convention).
@@ -7,12 +7,14 @@ Exit codes: 0 success; 1 the work failed (a notebook cell, a doctor check, the b
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
 
 from .. import __version__
 from .._ranges import rank_count_in_text
+from ._tutorials import DEFAULT_FOLDER, checkout_notebooks, copy_tutorials
 
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, PermissionError, ValueError) as err:
         print(f"mpinb {args.command}: {err}", file=sys.stderr)
         return 2
 
@@ -39,9 +41,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mpinb {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    lab = commands.add_parser("lab", help="open JupyterLab on the tutorials")
+    lab = commands.add_parser("lab", help="open JupyterLab on the tutorials",
+                              description="Opens JupyterLab on DIR; without DIR, on the tutorials: the "
+                                          "checkout's own, or (installed mpinb) a copy in ./mpinb-tutorials "
+                                          "made or brought up to date as `mpinb tutorials` does.")
     lab.add_argument("directory", nargs="?", help="folder to open (default: the tutorials)")
     lab.set_defaults(handler=_lab)
+
+    tutorials = commands.add_parser("tutorials", help="copy the tutorials into a folder of yours",
+                                    description="Copies the tutorials (English and Chinese, with the "
+                                                "exercises' solutions and the glossary) into DIR, never over "
+                                                "a file you changed; run again after upgrading mpinb to bring "
+                                                "the files you did not change up to date.")
+    tutorials.add_argument("directory", nargs="?", help=f"where (default: ./{DEFAULT_FOLDER})")
+    tutorials.set_defaults(handler=_copy_tutorials)
 
     run = commands.add_parser("run", help="execute a notebook headless; exit 1 at the first failing cell")
     run.add_argument("notebook", help="the .ipynb to execute")
@@ -82,6 +95,8 @@ def _lab(args) -> int:
     directory = args.directory or _tutorials()
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no folder {directory!r}")
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise FileNotFoundError("JupyterLab is not installed in this environment: pip install 'mpinb[tutorials]'")
     command = [sys.executable, "-m", "jupyter", "lab"]
     first = os.path.join(directory, "00-getting-started.ipynb")
     if os.path.isfile(first):
@@ -92,8 +107,21 @@ def _lab(args) -> int:
 
 
 def _tutorials() -> str:
-    checkout = os.path.join(_SOURCE_ROOT, "notebooks")
-    return checkout if os.path.isdir(checkout) else os.getcwd()
+    """The checkout's tutorials, opened in place; else a copy of the packaged ones, made or brought
+    up to date in ./mpinb-tutorials."""
+    checkout = checkout_notebooks()
+    if checkout is not None:
+        return str(checkout)
+    copied = copy_tutorials()
+    print(copied.text())
+    return str(copied.folder)
+
+
+def _copy_tutorials(args) -> int:
+    copied = copy_tutorials(args.directory)
+    print(copied.text())
+    print(f"open them with: mpinb lab {copied.folder}")
+    return 0
 
 
 def _run(args) -> int:
