@@ -58,22 +58,34 @@ def under_mpiexec(module: str, workdir: Path) -> list[dict]:
     if module not in _baseline:
         prefix = workdir / f"{module}-mpiexec"
         cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(SUITE), module, str(prefix)])
+        env["TMPDIR"] = str(_temporary(workdir))
         subprocess.run(cmd, cwd=workdir, capture_output=True, timeout=MODULE_TIMEOUT, env=env)
         _baseline[module] = _reports(prefix)
     return _baseline[module]
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["traced", "untraced"])
-def suite_pool(request):
-    """One pool per pass, so that each module runs once per process, as under mpiexec (some
-    state lives as long as the process: mpi4py has 32 slots for user error handlers, ever)."""
-    with mpinb.Pool(RANKS) as pool:
-        yield pool, request.param
+def _temporary(workdir: Path) -> Path:
+    """Where the suite's own temporary files go (test_spawn leaves a child script in $TMPDIR when
+    a spawn test fails or is skipped), not the machine's /tmp."""
+    folder = workdir / "tmp"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
 def suite_workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mpi4py-suite")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["traced", "untraced"])
+def suite_pool(request, suite_workdir):
+    """One pool per pass, so that each module runs once per process, as under mpiexec (some
+    state lives as long as the process: mpi4py has 32 slots for user error handlers, ever)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(_temporary(suite_workdir)))  # the ranks inherit it
+        pool = mpinb.Pool(RANKS).start()
+    with pool:
+        yield pool, request.param
 
 
 @pytest.mark.parametrize("module", MODULES)
