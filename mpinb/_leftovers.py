@@ -4,9 +4,11 @@ A rank unlinks MPI's shared-memory segments in ``MPI_Finalize``, which ranks of 
 (see ``rank/_engine_main.py``): without a clean-up every stopped pool left its segments in
 ``/dev/shm`` (5 GB after a day of tests here). MPICH's ``hydra_pmi_proxy`` writes the host's
 topology to a file (the path is compiled in, no ``TMPDIR``) and removes it only when it exits in
-order: a killed ``mpiexec`` left one per pool. Each file is found through the processes that map
-it or hold it open, and removed only while it is still that file (its inode): a new job may reuse
-the name.
+order: a killed ``mpiexec`` left one per pool; Open MPI's ``prterun`` keeps its session in a
+folder named after its pid (``$TMPDIR/ompi.<pid>``), which it also removes only at an orderly
+exit. Each file is found through the processes that map it or hold it open (each folder through
+the launcher's pid), and removed only while it is still that file (its inode): a new job may
+reuse the name.
 
 Standard library only: a rank imports it as it exits, the watchdog (a script) when its owner dies.
 """
@@ -14,6 +16,8 @@ Standard library only: a rank imports it as it exits, the watchdog (a script) wh
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 
 MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")
@@ -67,6 +71,31 @@ def remove_files(leftovers: Iterable[Leftover]) -> None:
         try:
             if os.stat(path).st_ino == inode:
                 os.unlink(path)
+        except OSError:
+            pass
+
+
+def launcher_sessions(pids: Iterable[int]) -> set[Leftover]:
+    """The session folders of Open MPI's launcher among these processes (prterun's, named after
+    its pid), where they exist and belong to this user."""
+    found = set()
+    for pid in set(pids):
+        path = os.path.join(tempfile.gettempdir(), f"ompi.{pid}")
+        try:
+            stat = os.lstat(path)
+        except OSError:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path) and stat.st_uid == os.getuid():
+            found.add((path, stat.st_ino))
+    return found
+
+
+def remove_folders(leftovers: Iterable[Leftover]) -> None:
+    """Remove each folder that is still the one found (same inode), with what it holds."""
+    for path, inode in leftovers:
+        try:
+            if os.lstat(path).st_ino == inode:
+                shutil.rmtree(path, ignore_errors=True)
         except OSError:
             pass
 

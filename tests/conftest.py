@@ -104,14 +104,36 @@ def no_process_outlives_the_tests():
 
 
 def mpi_temporary_files() -> set[str]:
-    """MPI's shared-memory segments and the temporary files its launchers write (see
-    mpinb.pool._watchdog)."""
+    """MPI's shared-memory segments and the temporary files and folders its launchers write (see
+    mpinb._leftovers)."""
     import glob
 
     from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
     prefixes = LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES
-    return {path for prefix in prefixes for path in glob.glob(prefix + "*")}
+    found = {path for prefix in prefixes for path in glob.glob(prefix + "*")}
+    return found | _orphaned_sessions()
+
+
+def _orphaned_sessions() -> set[str]:
+    """Open MPI's launcher's session folders ($TMPDIR/ompi.<its pid>) whose launcher is gone."""
+    import glob
+    import tempfile
+
+    folders = glob.glob(os.path.join(tempfile.gettempdir(), "ompi.*"))
+    return {path for path in folders
+            if (pid := path.rpartition(".")[2]).isdigit() and not psutil.pid_exists(int(pid))}
+
+
+def intel_mpi() -> bool:
+    """Whether this environment's mpiexec is Intel MPI's (an MPICH derivative: mpi_family says
+    "MPICH" for it, but its launcher and shared memory behave in their own ways)."""
+    import subprocess
+
+    from mpinb.pool._launch import find_mpiexec
+
+    said = subprocess.run([find_mpiexec(), "--version"], capture_output=True, text=True, timeout=30)
+    return "Intel(R) MPI" in said.stdout + said.stderr
 
 
 def files_of_pool(pool) -> set[str]:

@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from conftest import files_of_pool, mpi_temporary_files, pool_processes, wait_until_gone
+from conftest import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, wait_until_gone
 
 import mpinb
 from mpinb.pool._launch import find_mpiexec, mpi_family
@@ -150,6 +150,7 @@ def test_start_stop_restart_leave_nothing_behind(existing_pools):
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="MPI's shared memory lives in /dev/shm on Linux")
+@pytest.mark.skipif(intel_mpi(), reason="Intel MPI unlinks its shared-memory files as soon as it maps them")
 def test_mpi_shared_memory_is_removed_with_the_pool_also_after_a_rank_died():
     """Ranks exit without MPI_Finalize, which would have removed MPI's shared-memory files."""
     with mpinb.Pool(3) as pool:
@@ -165,7 +166,8 @@ def test_mpi_shared_memory_is_removed_with_the_pool_also_after_a_rank_died():
     assert not restarted & mpi_temporary_files(), "and the restarted pool's"
 
 
-@pytest.mark.skipif(mpi_family(find_mpiexec()) != "MPICH", reason="MPICH's hydra_pmi_proxy writes the topology file")
+@pytest.mark.skipif(mpi_family(find_mpiexec()) != "MPICH" or intel_mpi(),
+                    reason="MPICH's hydra_pmi_proxy writes the topology file (Intel MPI's does not)")
 def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
     """hydra_pmi_proxy removes its topology file in /tmp only when mpiexec stops it in order."""
     with mpinb.Pool(2) as pool:
@@ -182,6 +184,29 @@ def test_a_killed_mpiexec_leaves_no_launcher_file_behind():
         restarted = files_of_pool(pool)
         assert restarted and not restarted & written
     assert not restarted & mpi_temporary_files(), "and the restarted pool's"
+
+
+@pytest.mark.skipif(mpi_family(find_mpiexec()) != "Open MPI", reason="Open MPI's prterun keeps a session folder")
+def test_a_killed_mpiexec_leaves_no_session_folder_behind():
+    """prterun removes its session folder ($TMPDIR/ompi.<pid>) only when it exits in order."""
+    import tempfile
+
+    def session(pool) -> str:
+        rank = psutil.Process(pool.status()[0]["pid"])
+        launcher = next(proc for proc in rank.parents() if proc.name().startswith(("prterun", "mpiexec")))
+        return os.path.join(tempfile.gettempdir(), f"ompi.{launcher.pid}")
+
+    with mpinb.Pool(2) as pool:
+        first = session(pool)
+        assert os.path.isdir(first), "prterun keeps its session there"
+        psutil.Process(int(first.rpartition(".")[2])).kill()
+        with pytest.raises(mpinb.RankDiedError):
+            pool.run("comm.Barrier()", timeout=30)
+        assert pool.run("rank").value == {0: 0, 1: 1}, "the pool was started again"
+        assert not os.path.exists(first), "the killed launcher's session folder is gone"
+        second = session(pool)
+        assert os.path.isdir(second)
+    assert not os.path.exists(second), "and the restarted pool's, stopped in order"
 
 
 def test_after_a_death_the_error_comes_at_once_and_the_pool_starts_in_the_background():

@@ -5,6 +5,9 @@ own. When mpiexec dies before them, as after a failed launch across hosts, they 
 nothing ends. As Linux's child subreaper this process inherits them, and ends them once mpiexec
 has ended. Signals are passed on to mpiexec.
 
+It also removes the session folder that Open MPI's launcher keeps in ``$TMPDIR/ompi.<its pid>``
+when it did not end in order (killed, say), as :mod:`mpinb._leftovers` describes.
+
 Run as a script with the standard library only (``python -I -S _reaper.py MPIEXEC ARGS...``):
 it starts beside the ranks and must cost them nothing. Exits with mpiexec's status.
 """
@@ -58,6 +61,15 @@ def end_orphans() -> None:
         time.sleep(0.02)
 
 
+def remove_session(launcher: int) -> None:
+    """Open MPI's launcher's session folder, if it left one: imported only now, so that starting
+    mpiexec waits for nothing (mpinb's standard-library module, from this tree)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from mpinb._leftovers import launcher_sessions, remove_folders
+
+    remove_folders(launcher_sessions([launcher]))
+
+
 def main(argv: list[str]) -> int:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         os.execvp(argv[0], argv)  # no subreaper here: mpiexec as it is
@@ -74,6 +86,7 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_IGN)  # ending the orphans is not to be interrupted
     end_orphans()
+    remove_session(mpiexec)
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 

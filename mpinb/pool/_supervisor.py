@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftovers import launcher_files, mpi_segments, remove_files
+from .._leftovers import launcher_files, launcher_sessions, mpi_segments, remove_files, remove_folders
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -530,6 +530,7 @@ class Supervisor:
         self.engine_of.clear()
         self.ranks_info.clear()
         tree = process_trees(self._processes)
+        sessions = launcher_sessions(proc.pid for proc in tree)
         if client is not None:
             client.close()
         if cluster is not None:
@@ -539,6 +540,7 @@ class Supervisor:
         end_processes(tree, grace=1.0, ask_first=False)  # stopping the cluster asked them
         self._processes.clear()
         remove_files(self._mpi_files)
+        remove_folders(sessions)  # (an mpiexec that ended in order removed its own)
         self._mpi_files = set()
         for folder in (self.stacks_folder, self.run_folder):
             if folder is not None:

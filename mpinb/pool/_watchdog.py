@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if __name__ == "__main__":  # a script: its own checkout's (or installation's) mpinb, nothing else
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mpinb._leftovers import mpi_files, remove_files
+from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
 
 if TYPE_CHECKING:
     import psutil
@@ -124,8 +124,10 @@ def main() -> None:
                 continue
     procs = process_trees(leaders)
     leftovers = mpi_files(proc.pid for proc in procs)  # while they still map them
+    sessions = launcher_sessions(proc.pid for proc in procs)
     end_processes(procs)
     remove_files(leftovers)
+    remove_folders(sessions)
     sweep(swept)
 
 
