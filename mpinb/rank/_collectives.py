@@ -32,7 +32,7 @@ def _shadow(comm) -> MPI.Intracomm:
         copy, request = PlainIntracomm.Idup(comm)
         _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
         shadow = comm._mpinb_shadow = PlainIntracomm(copy)  # a plain communicator: untraced
-        if BLOCKING_AFTER_AGREEMENT:  # (while every member is here)
+        if BLOCKING_AFTER_AGREEMENT and _REVOCABLE:  # (while every member is here)
             copy, request = PlainIntracomm.Idup(shadow)
             _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
             comm._mpinb_rehearsal = _revoked_copy(PlainIntracomm(copy))
@@ -42,7 +42,9 @@ def _shadow(comm) -> MPI.Intracomm:
 def rehearsal_of(shadow: MPI.Intracomm) -> MPI.Intracomm | None:
     """For a twin made with every member there: the revoked copy that ``rehearse`` needs, where
     it needs one (see ``BLOCKING_AFTER_AGREEMENT``)."""
-    return _revoked_copy(PlainIntracomm(PlainIntracomm.Dup(shadow))) if BLOCKING_AFTER_AGREEMENT else None
+    if not (BLOCKING_AFTER_AGREEMENT and _REVOCABLE):
+        return None
+    return _revoked_copy(PlainIntracomm(PlainIntracomm.Dup(shadow)))
 
 
 def _revoked_copy(copy: MPI.Intracomm) -> MPI.Intracomm:
@@ -123,14 +125,46 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
     and MPI's checks of the arguments), without communicating: the same call on a revoked copy
     of ``comm`` (same size, same rank), which MPI refuses only once the arguments are read. A
     member whose call is refused so never joins the agreement: the others wait in it, where an
-    interrupt reaches them, and never in a blocking call that it will not join."""
+    interrupt reaches them, and never in a blocking call that it will not join.
+
+    Where MPI cannot revoke (Intel MPI), the rehearsal is local: an argument that mpi4py will
+    refuse (not a buffer, send and receive buffers of different counts) is refused here, with
+    mpi4py's own error. What only MPI refuses (an operation that does not fit the datatype, say),
+    on some members only, leaves the others in the blocking call: the pool then restarts, naming
+    the call from their stacks."""
     if comm.Get_size() == 1:  # (no one to wait for)
+        return
+    if not _REVOCABLE:
+        if _refused_by_mpi4py(blocking.__name__, args, kwargs):
+            blocking(PlainIntracomm(MPI.COMM_SELF), *args, **kwargs)  # mpi4py's error, before any message
         return
     try:
         blocking(_rehearsal(comm), *args, **kwargs)
     except MPI.Exception as err:
         if err.Get_error_class() != MPI.ERR_REVOKED:
             raise
+
+
+def _refused_by_mpi4py(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether mpi4py will refuse these arguments of reduction ``name`` before it calls MPI: a
+    message that is not a buffer (nor ``[buffer, ...]``, ``IN_PLACE`` or ``None``), or, for the
+    reductions whose buffers match, send and receive buffers of different counts or types."""
+    buffers = [arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")]
+    views = []
+    for message in buffers:
+        if message is None or message is MPI.IN_PLACE or message is MPI.BOTTOM:
+            views.append(None)
+            continue
+        first = message[0] if isinstance(message, (list, tuple)) and message else message
+        try:
+            view = memoryview(first)
+        except TypeError:
+            return first is not MPI.BOTTOM
+        views.append(view if first is message else None)  # ([buffer, count, type]: mpi4py's to read)
+    send, receive = views
+    if name in ("Allreduce", "Scan", "Exscan") and send is not None and receive is not None:
+        return send.nbytes != receive.nbytes or send.format != receive.format
+    return False
 
 
 def _rehearsal(comm) -> MPI.Intracomm:
@@ -266,15 +300,18 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
 
 # Reductions whose nonblocking forms combine the members' values in another order than the
 # blocking ones do (Open MPI's libnbc against its tuned algorithms: a float sum of 7 values on 3
-# ranks differs in the last bits), so that polling the nonblocking form would change the
-# program's results. Traced, they run as the blocking call itself, once its arguments passed
-# MPI's checks (``rehearse``) and every member has agreed that it is there: the call then cannot
-# wait for a member that never comes. MPICH's forms give the same bits (tests/test_trace.py
-# checks both), and the polled form is faster there.
+# ranks differs in the last bits; Intel MPI's likewise, from 7 values on 4 ranks), so that
+# polling the nonblocking form would change the program's results. Traced, they run as the
+# blocking call itself, once its arguments passed MPI's checks (``rehearse``) and every member
+# has agreed that it is there: the call then cannot wait for a member that never comes. MPICH's
+# forms give the same bits (tests/test_trace.py checks each MPI), and the polled form is faster
+# there.
 _REDUCTIONS = frozenset({"Reduce", "Allreduce", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"})
-# (Open MPI 5, whose fault tolerance revokes a communicator: see ``rehearse``)
+_ORDER_DIFFERS = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
+BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if _ORDER_DIFFERS else frozenset()
+# Open MPI 5's fault tolerance revokes a communicator, which ``rehearse`` needs; Intel MPI's
+# mpi4py raises NotImplementedError there.
 _REVOCABLE = MPI.get_vendor()[0] == "Open MPI" and hasattr(MPI.Comm, "Revoke")
-BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if _REVOCABLE else frozenset()
 
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
