@@ -127,16 +127,18 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
     member whose call is refused so never joins the agreement: the others wait in it, where an
     interrupt reaches them, and never in a blocking call that it will not join.
 
-    Where MPI cannot revoke (Intel MPI), the rehearsal is local: an argument that mpi4py will
-    refuse (not a buffer, send and receive buffers of different counts) is refused here, with
-    mpi4py's own error. What only MPI refuses (an operation that does not fit the datatype, say),
-    on some members only, leaves the others in the blocking call: the pool then restarts, naming
-    the call from their stacks."""
+    Where MPI cannot revoke (Intel MPI), the rehearsal is local, for the reductions whose checks
+    depend on neither the rank nor the size (``Allreduce``, ``Scan``, ``Exscan``): arguments that
+    mpi4py looks set to refuse (not a buffer, send and receive buffers that differ) are handed to
+    the same call on ``COMM_SELF``, which raises mpi4py's own error before any message (or, if
+    they were fine after all, reduces this rank's values alone, which the real call overwrites).
+    What only MPI refuses, and the other reductions' arguments, on some members only, leave the
+    others in the blocking call: the pool then restarts, naming the call from their stacks."""
     if comm.Get_size() == 1:  # (no one to wait for)
         return
     if not _REVOCABLE:
-        if _refused_by_mpi4py(blocking.__name__, args, kwargs):
-            blocking(PlainIntracomm(MPI.COMM_SELF), *args, **kwargs)  # mpi4py's error, before any message
+        if blocking.__name__ in _LOCAL_REHEARSALS and _refused_by_mpi4py(args, kwargs):
+            blocking(PlainIntracomm(MPI.COMM_SELF), *args, **kwargs)
         return
     try:
         blocking(_rehearsal(comm), *args, **kwargs)
@@ -145,26 +147,28 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
             raise
 
 
-def _refused_by_mpi4py(name: str, args: tuple, kwargs: dict) -> bool:
-    """Whether mpi4py will refuse these arguments of reduction ``name`` before it calls MPI: a
-    message that is not a buffer (nor ``[buffer, ...]``, ``IN_PLACE`` or ``None``), or, for the
-    reductions whose buffers match, send and receive buffers of different counts or types."""
-    buffers = [arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")]
-    views = []
-    for message in buffers:
-        if message is None or message is MPI.IN_PLACE or message is MPI.BOTTOM:
+_LOCAL_REHEARSALS = frozenset({"Allreduce", "Scan", "Exscan"})
+
+
+def _refused_by_mpi4py(args: tuple, kwargs: dict) -> bool:
+    """Whether mpi4py looks set to refuse these buffers of ``Allreduce``, ``Scan`` or ``Exscan``:
+    a message that is not a buffer (nor ``[buffer, ...]``, ``IN_PLACE``, ``BOTTOM`` or ``None``,
+    nor an array of a device: DLPack, CUDA's interface), or bare send and receive buffers of
+    different sizes or types. A guess on the safe side: ``rehearse`` lets mpi4py decide."""
+    views: list[memoryview | None] = []
+    for message in (arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")):
+        first = message[0] if isinstance(message, (list, tuple)) and message else message
+        if first is None or first is MPI.IN_PLACE or first is MPI.BOTTOM or hasattr(first, "__dlpack__") \
+                or hasattr(first, "__cuda_array_interface__"):
             views.append(None)
             continue
-        first = message[0] if isinstance(message, (list, tuple)) and message else message
         try:
             view = memoryview(first)
         except TypeError:
-            return first is not MPI.BOTTOM
+            return True
         views.append(view if first is message else None)  # ([buffer, count, type]: mpi4py's to read)
     send, receive = views
-    if name in ("Allreduce", "Scan", "Exscan") and send is not None and receive is not None:
-        return send.nbytes != receive.nbytes or send.format != receive.format
-    return False
+    return send is not None and receive is not None and (send.nbytes != receive.nbytes or send.format != receive.format)
 
 
 def _rehearsal(comm) -> MPI.Intracomm:
