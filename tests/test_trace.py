@@ -244,14 +244,23 @@ def test_twins_look_like_mpi4py_objects(pool4):
     assert made["op"] == "Create_cart" and sorted(made["ranks"]) == [0, 1, 2, 3]
 
 
-def test_freeing_the_world_behaves_as_in_mpi4py(pool4):
+@pytest.mark.parametrize("world", ["started", "fresh"])
+def test_freeing_the_world_behaves_as_in_mpi4py(pool4, world):
+    """Also once an aborted run gave the ranks a fresh world (a copy of MPI's, which MPI itself
+    does not know as predefined): freeing a copy of it once freed the world for good."""
+    import mpinb
+
+    if world == "fresh":
+        with pytest.raises(mpinb.DeadlockError):
+            pool4.run("comm.recv(source=MPI.ANY_SOURCE)", timeout=2)
     res = pool4.run(
         "comm.free(); MPI.COMM_WORLD.free()\n"
         "try:\n    comm.Free()\nexcept MPI.Exception as err:\n    refused = err.Get_error_class()\n"
         "copy = type(comm)(comm); copy.free()\n"
-        "(refused != 0, copy == MPI.COMM_NULL, comm.allreduce(1))"
+        "again = type(comm).fromhandle(comm.handle); again.free()\n"
+        "(refused != 0, copy == MPI.COMM_NULL, again == MPI.COMM_NULL, comm.allreduce(1))"
     )
-    assert set(res.value.values()) == {(True, True, 4)}
+    assert set(res.value.values()) == {(True, True, True, 4)}
 
 
 def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):

@@ -100,11 +100,27 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     if constant:
         twin._mpinb_constant = True
         twin.__module__ = "mpi4py.MPI"  # pickle finds MPI.COMM_WORLD by name: this twin
+        _constant_handles.add(twin.handle)
     _rec.comms[twin._mpinb_id] = members if members is not None else _world_ranks(twin)
     return twin
 
 
 _id_of_handle: dict[int, str] = {}  # a copy of a twin's handle (``fromhandle``) is the same communicator
+# The handles that stand for the world (a fresh world's too, which is a copy): a copy of such a
+# twin (``type(comm)(comm)``, ``fromhandle``) is as constant as the twin, as a copy of mpi4py's
+# COMM_WORLD is. Never freed, so never given to another communicator.
+_constant_handles: set[int] = set()
+
+
+def _set_null(comm) -> None:
+    """Make this object stand for ``MPI.COMM_NULL`` without freeing its communicator: what mpi4py's
+    ``free()`` does to a copy of a predefined one (here: a copy of a fresh world, which is not
+    predefined to MPI)."""
+    import ctypes
+    import sys
+
+    size = MPI._sizeof(comm)
+    ctypes.memmove(MPI._addressof(comm), MPI._handleof(MPI.COMM_NULL).to_bytes(size, sys.byteorder), size)
 
 
 def _handle_id(comm) -> str:
@@ -138,16 +154,24 @@ class _TwinMixin(_MixedInto):
             return traced(self)._mpinb_id
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    @property
+    def _mpinb_is_world(self) -> bool:
+        return self._mpinb_constant or self.handle in _constant_handles
+
     def Free(self) -> None:
-        if self._mpinb_constant:
+        if self._mpinb_is_world:
             return _ORIGINAL_WORLD.Free()  # fails as freeing MPI.COMM_WORLD does
         self._free_shadow()
         super().Free()
 
     def free(self) -> None:
-        if not self._mpinb_constant:  # mpi4py's free() leaves constants alone
-            self._free_shadow()
-            super().free()
+        if self._mpinb_constant:  # mpi4py's free() leaves MPI.COMM_WORLD alone
+            return
+        if self.handle in _constant_handles:  # a copy of the world: now null, as mpi4py's copy would be
+            _set_null(self)
+            return
+        self._free_shadow()
+        super().free()
 
     def Abort(self, errorcode: int = 0):
         from ._deathwatch import report_abort
@@ -156,7 +180,7 @@ class _TwinMixin(_MixedInto):
         return super().Abort(errorcode)
 
     def Disconnect(self) -> None:
-        if self._mpinb_constant:
+        if self._mpinb_is_world:
             return _ORIGINAL_WORLD.Disconnect()
         self._free_shadow()
         super().Disconnect()
@@ -172,7 +196,7 @@ class _TwinMixin(_MixedInto):
         _rec.forget(self.__dict__.get("_mpinb_id"))
 
     def __reduce__(self):
-        if self._mpinb_constant:
+        if self._mpinb_is_world:
             return "COMM_WORLD"  # looked up in mpi4py.MPI (see ``traced``): this twin
         return super().__reduce__()
 
