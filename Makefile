@@ -11,14 +11,15 @@ VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# What `make test` also runs on Open MPI: the pool, magics, scripts, hangs and aborts, deaths,
-# the debugger, traces, kernel, pools on Slurm and across hosts (started by Slurm and by mpiexec),
+# What `make test` also runs on Open MPI: the pool, scripts, hangs and aborts, deaths, the
+# debugger, traces, pools on Slurm and across hosts (started by Slurm and by mpiexec),
 # what keeps a pool private on a shared host, faults injected at random moments, and mpi4py's own
 # test suite, traced (fidelity: Open MPI's reductions are where tracing once differed; the untraced
 # pass, mpi4py's own objects in a pool, runs on the first MPI).
-CORE_TESTS := tests/test_lifecycle.py tests/test_pool.py tests/test_magics.py \
+# (The magics and the MPI kernel drive the pool the same way on every MPI: they run on the first.)
+CORE_TESTS := tests/test_lifecycle.py tests/test_pool.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
-	tests/test_kernel.py tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
+	tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
 	tests/test_security.py tests/test_faults.py tests/test_mpi4py_suite.py
 # What `make test` also runs on Intel MPI: the pool, scripts, hangs and aborts, deaths, traces
 # (its reductions too combine values in another order when nonblocking: the bits are checked),
@@ -87,18 +88,18 @@ OTHER_MPIS := $(if $(filter mpich,$(MPI)),openmpi impi,)
 test: install system lint
 	@failed=""; \
 	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
-	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-60} $(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
+	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-40} $(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
 	for other in $(OTHER_MPIS); do \
 	  if [ $$other = impi ]; then only="CORE_TESTS=$(IMPI_TESTS)"; else only="CORE_TESTS=$(CORE_TESTS)"; fi; \
 	  $(MAKE) --no-print-directory test-core MPI=$$other "$$only" || failed="$$failed tests-on-$$other"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "mpinb: these stages failed:$$failed"; exit 1; fi
 
-# The stress test takes 60 aborts on the first MPI and 30 on the second, every kind of abort
+# The stress test takes 40 aborts on the first MPI and 24 on the second, every kind of abort
 # among them (`MPINB_STRESS_ABORTS=500 make test` or `python -m bench --only recovery` for more): the
 # whole of `make test` then stays under 40 minutes on two cores.
 test-core: install
-	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-30} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
+	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-24} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
 	  $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
 
 bench: install
