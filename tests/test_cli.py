@@ -48,6 +48,15 @@ def test_run_stops_at_the_first_failing_cell_with_the_per_rank_error(tmp_path, e
     assert not wait_until_gone(10, existing_pools)
 
 
+def test_run_names_the_cell_whose_magic_was_refused(tmp_path):
+    """IPython prints a magic's UsageError instead of recording an error output: the cell and
+    what it printed are still said."""
+    source = notebook(tmp_path / "usage.ipynb", ["%load_ext mpinb", "x = 1", "%mpi pull x", "print('never')"])
+    done = mpinb("run", source)
+    assert done.returncode == 1
+    assert "cell 3 failed" in done.stderr and "UsageError: no pool is running" in done.stderr, done.stderr
+
+
 def test_run_executes_a_notebook_written_for_the_mpi_kernel(tmp_path, existing_pools):
     source = notebook(tmp_path / "kernel.ipynb", [
         "y = rank * rank", "%%local\nimport mpinb\nassert mpinb.current_pool().pull('y') == [0, 1, 4]"], kernel="mpinb")

@@ -43,8 +43,8 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
         try:
             client.execute()
             result = NotebookRun(True, sum(c.cell_type == "code" for c in nb.cells))
-        except CellExecutionError:
-            result = _failure(nb)
+        except CellExecutionError as err:
+            result = _failure(nb, err)
         except DeadKernelError as err:
             result = NotebookRun(False, 0, None, f"the kernel died: {err}")
         finally:
@@ -73,11 +73,20 @@ def _environment(scratch: str, kernel: str, ranks: int | None):
                 os.environ[name] = value
 
 
-def _failure(nb) -> NotebookRun:
+def _failure(nb, err: Exception) -> NotebookRun:
     for index, cell in enumerate(nb.cells, start=1):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error" and "raises-exception" not in cell.metadata.get("tags", []):
                 text = _ANSI.sub("", "\n".join(out.get("traceback", [])) or f"{out['ename']}: {out['evalue']}")
                 run = sum(1 for c in nb.cells[:index] if c.cell_type == "code")
                 return NotebookRun(False, run, index, text.strip())
-    return NotebookRun(False, 0, None, "a cell failed (no error output was recorded)")
+    # IPython prints a magic's UsageError instead of recording an error: the failing cell is the
+    # last that ran, and what it printed says why.
+    ran = [index for index, cell in enumerate(nb.cells, start=1)
+           if cell.cell_type == "code" and cell.get("execution_count")]
+    if not ran:
+        return NotebookRun(False, 0, None, _ANSI.sub("", str(err)).strip() or "a cell failed")
+    cell = nb.cells[ran[-1] - 1]
+    said = "".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("output_type") == "stream")
+    why = said.strip() or f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
+    return NotebookRun(False, len(ran), ran[-1], _ANSI.sub("", why))
