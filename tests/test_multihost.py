@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 
 import psutil
 import pytest
+from conftest import wait_until_gone
 from multihost_cluster import (
     check_clocks_across_hosts,
     check_data_across_hosts,
@@ -76,6 +79,23 @@ def pool(cluster):
 
 
 HOSTS = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+
+
+@pytest.mark.timeout(480)
+def test_an_exported_notebook_runs_as_a_batch_job_across_the_hosts(cluster, existing_pools):
+    """`mpinb export --slurm` of a notebook whose pool was a Slurm job across both hosts, then
+    `mpinb submit`: the job's srun runs the program on both hosts, and it writes what the notebook
+    wrote. (Before the module's pool takes the nodes.)"""
+    from test_export import run_as_a_batch_job
+
+    env, hosts = cluster
+    folder = pathlib.Path(tempfile.mkdtemp(dir=hosts[0].shared))  # the hosts' /tmp are their own
+    try:
+        run_as_a_batch_job(folder, env, "%mpi start -n 4 --launcher slurm --time 0:10:00", ranks=4,
+                           expected_hosts={"node1", "node2"})
+    finally:
+        shutil.rmtree(folder)
+    assert not wait_until_gone(15, existing_pools)
 
 
 @pytest.mark.timeout(240)

@@ -109,6 +109,16 @@ def test_a_rank_that_dies_while_the_others_wait_is_reported_at_once(slurm, exist
     assert not wait_until_gone(10, existing_pools)
 
 
+@pytest.mark.timeout(400)
+def test_an_exported_notebook_runs_as_a_batch_job_with_the_notebooks_result(slurm, tmp_path, existing_pools):
+    """`mpinb export --slurm`, then `mpinb submit`: the job (this environment's mpiexec, inside the
+    allocation) writes what the notebook wrote."""
+    from test_export import run_as_a_batch_job
+
+    run_as_a_batch_job(tmp_path, slurm, "%mpi start -n 2")
+    assert not wait_until_gone(10, existing_pools)
+
+
 def test_srun_outside_an_allocation_says_what_to_do(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(mpinb.PoolStartError, match="not in one \\(no \\$SLURM_JOB_ID\\)"):

@@ -1,4 +1,5 @@
-"""The ``mpinb`` command: ``lab``, ``tutorials``, ``run``, ``doctor``, ``bench`` and ``kernel install``.
+"""The ``mpinb`` command: ``lab``, ``tutorials``, ``run``, ``export``, ``submit``, ``doctor``, ``bench`` and
+``kernel install``.
 
 Exit codes: 0 success; 1 the work failed (a notebook cell, a doctor check, the benchmarks);
 2 bad arguments or input (argparse's own convention).
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (FileNotFoundError, PermissionError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, PermissionError, ValueError) as err:
         print(f"mpinb {args.command}: {err}", file=sys.stderr)
         return 2
 
@@ -62,6 +63,25 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", metavar="OUT.ipynb", help="write the executed notebook here")
     run.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per cell (default 600)")
     run.set_defaults(handler=_run)
+
+    export = commands.add_parser("export", help="write a notebook's MPI program as one plain mpi4py script",
+                                 description="Writes the notebook's %%mpi cells (and %mpi lines, the MPI kernel's "
+                                             "cells) as one program that gives under `mpiexec -n N` what they gave "
+                                             "in the pool; the notebook's own cells run on rank 0. What has no "
+                                             "meaning outside a notebook is left out, and said.")
+    export.add_argument("notebook", help="the .ipynb to export")
+    export.add_argument("-o", "--output", metavar="SCRIPT.py", help="where (default: beside the notebook, .py)")
+    export.add_argument("--slurm", action="store_true", help="also write SCRIPT.sbatch, a Slurm batch job for it")
+    export.add_argument("--ranks", type=_positive, metavar="N", help="ranks for the job (default: the notebook's)")
+    export.add_argument("--time", metavar="T", help="the job's time limit (default: the notebook's, else 0:30:00)")
+    export.add_argument("--partition", metavar="P", help="the job's partition")
+    export.add_argument("--account", metavar="A", help="the account to charge")
+    export.add_argument("--force", action="store_true", help="replace a file that is not an unedited export")
+    export.set_defaults(handler=_export)
+
+    submit = commands.add_parser("submit", help="submit an exported batch job to Slurm and say how to follow it")
+    submit.add_argument("job", metavar="SCRIPT.sbatch", help="the batch script `mpinb export --slurm` wrote")
+    submit.set_defaults(handler=_submit)
 
     doctor = commands.add_parser("doctor", help="check the MPI installation end to end")
     doctor.add_argument("-n", type=_positive, default=4, metavar="N", help="ranks for the tests (default 4)")
@@ -133,6 +153,34 @@ def _run(args) -> int:
         return 0
     print(f"mpinb run: {args.notebook}: cell {result.failed_cell} failed\n\n{result.error}", file=sys.stderr)
     return 1
+
+
+def _export(args) -> int:
+    from ..notebook._export import export_notebook, report, write
+
+    output = args.output or os.path.splitext(args.notebook)[0] + ".py"
+    if not output.endswith(".py"):
+        raise ValueError(f"-o {output}: name a .py file for the script")
+    stem = os.path.splitext(os.path.basename(output))[0]
+    exported = export_notebook(args.notebook, script=os.path.basename(output), data_prefix=f"{stem}.")
+    slurm = ({"ranks": args.ranks, "time": args.time, "partition": args.partition, "account": args.account}
+             if args.slurm else None)
+    written = write(exported, output, slurm=slurm, force=args.force)
+    print(report(exported, written))
+    return 0
+
+
+def _submit(args) -> int:
+    from ..notebook._export import submit
+
+    try:
+        job_id, output = submit(args.job)
+    except RuntimeError as err:
+        print(f"mpinb submit: {err}", file=sys.stderr)
+        return 1
+    print(f"mpinb submit: job {job_id} submitted; its output goes to {output}\n"
+          f"follow it: squeue -j {job_id}    (and: tail -f {output})")
+    return 0
 
 
 def _doctor(args) -> int:

@@ -20,9 +20,9 @@ from ..pool import Pool, default_size
 from . import _session as session
 
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace", "compare", "stacks", "debug",
-               "inspect")
+               "inspect", "export")
 # `%mpi start = 3` or `%mpi run(x)` are statements that happen to begin with a subcommand's name.
-_STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
+STATEMENT_AFTER_WORD = re.compile(r"^\s*(=|\(|\[|\.|,|:|[-+*/%&|^@<>!=]=)")
 _TARGETS_AT_END = re.compile(r"(^|\s)(?:--targets|-t)\s+([0-9][0-9,\- ]*)\s*$")
 
 
@@ -88,7 +88,7 @@ def _debug_commands(text: str) -> list[str]:
     return commands
 
 
-def _cell_parser() -> _Parser:
+def cell_parser() -> _Parser:
     parser = _Parser(prog="%%mpi", description="Run the cell on every MPI rank of the pool.")
     _add_size(parser)
     _add_run_options(parser)
@@ -98,7 +98,7 @@ def _cell_parser() -> _Parser:
     return parser
 
 
-def _start_parser(name: str) -> _Parser:
+def start_parser(name: str) -> _Parser:
     parser = _Parser(prog=f"%mpi {name}", description=f"{name.capitalize()} the pool of MPI ranks.")
     _add_size(parser)
     parser.add_argument("--launcher",
@@ -122,7 +122,7 @@ def _start_parser(name: str) -> _Parser:
     return parser
 
 
-def _run_parser() -> _Parser:
+def run_parser() -> _Parser:
     parser = _Parser(prog="%mpi run", description="Run an MPI script on the pool, unchanged.")
     _add_run_options(parser)
     parser.add_argument("--stdin", metavar="FILE", help="file given to rank 0 as standard input")
@@ -146,6 +146,8 @@ LINE_USAGE = """\
 %mpi debug [RANK] [-c COMMAND ...]                      pdb on a rank: where the last run failed (the
                                                         first failing rank by default), or where it runs
 %mpi inspect EXPR [--targets T]                         EXPR on every rank, side by side
+%mpi export [-o SCRIPT.py] [--slurm [--time T ...]]     this notebook as one plain mpi4py script (and a
+                                                        Slurm batch job): mpiexec -n N python SCRIPT.py
 %mpi STATEMENT                                          run one line on every rank
 %%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]
       [--no-trace] [--view compact|full|none] [--debug "CMD ;; CMD"]"""
@@ -169,7 +171,7 @@ class MPIMagics(Magics):
         """Run code on the MPI pool (``%%mpi``) or manage it (``%mpi start|stop|...``)."""
         if cell is None:
             return self._line(line)
-        args = _cell_parser().parse_args(_split(line))
+        args = cell_parser().parse_args(_split(line))
         _check_targets(args.targets, args.n)
         session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout, output=args.output,
                          first_line=args.first_line, trace=args.trace, view=args.view, debug=args.debug)
@@ -179,7 +181,7 @@ class MPIMagics(Magics):
         word, _, rest = line.strip().partition(" ")
         if not word:
             raise UsageError(LINE_USAGE)
-        if word not in SUBCOMMANDS or _STATEMENT_AFTER_WORD.match(rest):
+        if word not in SUBCOMMANDS or STATEMENT_AFTER_WORD.match(rest):
             _check_targets(None, None)
             session.run_cell(line)
             return None
@@ -192,7 +194,7 @@ class MPIMagics(Magics):
         if "--" in argv:
             cut = argv.index("--")
             argv, extra = argv[:cut], argv[cut + 1:]
-        args = _start_parser(word).parse_args(argv)
+        args = start_parser(word).parse_args(argv)
         if word == "start" and session.current_pool() is not None:
             raise UsageError(session.already_running())
         launch = {"mpiexec": args.mpiexec, "hosts": args.hosts, "hostfile": args.hostfile,
@@ -229,7 +231,7 @@ class MPIMagics(Magics):
             session.show_status(pool)
 
     def _run(self, word: str, argv: list[str]) -> None:
-        args = _run_parser().parse_args(argv)
+        args = run_parser().parse_args(argv)
         script = os.path.abspath(args.script)
         if not os.path.isfile(script):
             what = "a folder, not a script" if os.path.isdir(script) else "no script at that path"
@@ -326,6 +328,26 @@ class MPIMagics(Magics):
             return _require_pool().inspect(expression, targets)
         except (NameError, SyntaxError, ValueError) as err:
             raise UsageError(f"%mpi inspect: {err}") from None
+
+    def _export(self, word: str, argv: list[str]) -> None:
+        parser = _Parser(prog="%mpi export", description="This notebook's MPI program as one plain mpi4py script "
+                                                          "that gives under mpiexec what the cells gave in the pool.")
+        parser.add_argument("-o", "--output", metavar="SCRIPT.py")
+        parser.add_argument("--slurm", action="store_true", help="also write SCRIPT.sbatch, a Slurm batch job")
+        parser.add_argument("--ranks", type=_rank_count, metavar="N")
+        parser.add_argument("--time", metavar="T")
+        parser.add_argument("--partition", metavar="P")
+        parser.add_argument("--account", metavar="A")
+        parser.add_argument("--force", action="store_true", help="replace a file that is not an unedited export")
+        args = parser.parse_args(argv)
+        if args.output is not None and not args.output.endswith(".py"):
+            raise UsageError(f"%mpi export -o {args.output}: name a .py file for the script")
+        slurm = ({"ranks": args.ranks, "time": args.time, "partition": args.partition, "account": args.account}
+                 if args.slurm else None)
+        try:
+            print(session.export_open_notebook(args.output, slurm=slurm, force=args.force))
+        except (FileExistsError, ValueError) as err:
+            raise UsageError(f"%mpi export: {err}") from None
 
     @cell_magic
     def local(self, line: str, cell: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -338,3 +339,30 @@ def status_summary(pool: Pool, rows: list[dict]) -> str:
     if memory:
         parts.append(f"memory {sum(memory) / 1024:.1f} GB ({sum(memory) / len(memory):.0f} MB per rank)")
     return first + "\n" + " · ".join(parts)
+
+
+def export_open_notebook(output: str | None = None, slurm: dict | None = None, force: bool = False) -> str:
+    """``%mpi export``: this notebook's program as a script (see :mod:`._export`), and what the
+    export says. The notebook is the saved file Jupyter runs this kernel for (``$JPY_SESSION_NAME``);
+    without one (a console, an old Jupyter), the cells this kernel ran, in the order it ran them.
+    Arrays the notebook pushed are saved beside the script with their current values."""
+    from IPython import get_ipython
+
+    from ._export import export_cells, export_notebook, report, write
+
+    shell = get_ipython()
+    values = dict(shell.user_ns) if shell is not None else {}
+    path = os.environ.get("JPY_SESSION_NAME", "")  # (Jupyter Server's path of it, or its URL path)
+    if path.endswith(".ipynb") and not os.path.isfile(path):
+        path = os.path.basename(path)  # the kernel runs in the notebook's folder
+    if path.endswith(".ipynb") and os.path.isfile(path):
+        target = output or os.path.splitext(os.path.basename(path))[0] + ".py"
+        stem = os.path.splitext(os.path.basename(target))[0]
+        exported = export_notebook(path, values=values, data_prefix=f"{stem}.", script=os.path.basename(target))
+    else:
+        history = list(shell.history_manager.input_hist_raw[1:-1]) if shell is not None else []  # (not this cell)
+        target = output or "notebook.py"
+        stem = os.path.splitext(os.path.basename(target))[0]
+        exported = export_cells([(cell, []) for cell in history], name="the cells this kernel ran", values=values,
+                                data_prefix=f"{stem}.", script=os.path.basename(target))
+    return report(exported, write(exported, target, slurm=slurm, force=force))
