@@ -231,6 +231,8 @@ def test_a_tutorials_program_runs_under_mpiexec_and_prints_what_the_notebook_pri
     printed = _lines_with(ran.stdout, TUTORIALS[name])
     assert len(printed) == len(TUTORIALS[name]), printed
     assert list(tmp_path.glob("tutorial-cell*-1.png")), "plt.show() saved the figures beside the program"
+    if name == "07-data-parallel":  # mpinb.progress is kept, and draws a text bar from rank 0
+        assert re.search(r"training steps.*30/30", ran.stderr), ran.stderr[-3000:]
     executed = executed_by_the_docs_build(os.path.join(NOTEBOOKS, f"{name}.ipynb"))
     if executed is not None:
         notebook_said = "\n".join(out.get("text", "") or out.get("data", {}).get("text/plain", "")
