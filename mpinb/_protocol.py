@@ -94,6 +94,9 @@ class WaitState(TypedDict):
     file: str
     line: int
     via: NotRequired[str]  # "wait": the wait on a request, not the call that started it
+    # a receive's: the first message waiting for it from its source (any source: from any rank)
+    # under another tag, which it will never match: {"source": world rank, "tag", "bytes"}
+    unmatched: NotRequired[dict[str, int]]
     since: NotRequired[float]  # time.time() when the wait began
     waited: NotRequired[float]  # seconds, added by the notebook
 
@@ -225,8 +228,12 @@ def hello(*, ready: bool, failure: str | None, rank: int, size: int, host: str, 
 
 def wait_state(op: str, kind: WaitKind, where: tuple[str, int], *, comm: str | None = None,
                members: list[int] | None = None, peer: int | None = None, any_source: bool = False,
-               tag: int = -1, nbytes: int = 0, root: int | None = None) -> WaitState:
+               tag: int = -1, nbytes: int = 0, root: int | None = None,
+               unmatched: dict[str, int] | None = None) -> WaitState:
     """The one constructor of :class:`WaitState`; ``where`` is the user's (file, line)."""
-    return {"op": op, "kind": kind, "comm": comm, "members": members, "peer": peer,
-            "any_source": any_source, "tag": tag, "bytes": nbytes, "root": root,
-            "file": where[0], "line": where[1]}
+    state: WaitState = {"op": op, "kind": kind, "comm": comm, "members": members, "peer": peer,
+                        "any_source": any_source, "tag": tag, "bytes": nbytes, "root": root,
+                        "file": where[0], "line": where[1]}
+    if unmatched is not None:
+        state["unmatched"] = unmatched
+    return state

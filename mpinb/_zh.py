@@ -168,6 +168,14 @@ ZH: dict[str, str] = {
     "not running this cell (see --targets)": "没有运行这个单元格（见 --targets）",
     "Wait-for cycle: {cycle}": "等待环：{cycle}",
     "rank {rank} waits for {needed}, which will not take part.": "rank {rank} 在等 {needed}，而它们不会参与。",
+    "rank {rank} waits for a message with tag {tag} from {source}, but the one that rank {sender} sent has tag "
+    "{other} ({size}): did you mean tag {other}?":
+        "rank {rank} 在等 {source} 发来的 tag 为 {tag} 的消息，但 rank {sender} 发出的那条消息 "
+        "tag 是 {other}（{size}）：你是想用 tag {other} 吗？",
+    "rank {rank} receives on communicator {comm}, but rank {sender} sends to it on {other} (line {line}): a message "
+    "is received only on the communicator it was sent on.":
+        "rank {rank} 在通信子 {comm} 上接收，但 rank {sender} 是在 {other} 上发给它的（第 {line} 行）：消息只能在"
+        "发送它的那个通信子上被接收。",
     "each {wait}": "都在 {wait}",
     "its left neighbour (rank - 1)": "左邻居（rank - 1）",
     "its right neighbour (rank + 1)": "右邻居（rank + 1）",

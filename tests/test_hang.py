@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import re
 import threading
 import time
 
@@ -101,6 +102,31 @@ def test_receive_that_nobody_sends_to(pool4):
     assert list(diagnosis.waits) == [0] and diagnosis.finished == [1, 2, 3]
     assert diagnosis.stuck_on_absent() == {0: [1]}
     assert "rank 0 waits for rank 1, which will not take part" in str(info.value)
+
+
+SLIPS = {
+    "object under another tag": ("if rank == 0:\n    comm.send('x', dest=1, tag=2)\nelif rank == 1:\n"
+                                 "    comm.recv(source=0, tag=1)",
+                                 "waits for a message with tag 1 from rank 0, but the one that rank 0 sent has tag 2"),
+    "buffer under another tag": ("x = np.arange(4.0)\nif rank == 0:\n    comm.Send(x, dest=1, tag=7)\n"
+                                 "elif rank == 1:\n    comm.Recv(x, source=MPI.ANY_SOURCE, tag=8)",
+                                 "tag 8 from any rank, but the one that rank 0 sent has tag 7 (32 bytes): "
+                                 "did you mean tag 7?"),
+    "another communicator": ("dup = comm.Dup()\nx = np.zeros(4)\nif rank == 0:\n    comm.Ssend(x, dest=1)\n"
+                             "elif rank == 1:\n    dup.Recv(x, source=0)",
+                             r"rank 1 receives on communicator 'world\.\d+@0', but rank 0 sends to it on 'world' "
+                             r"\(line 4\)"),
+}
+
+
+@pytest.mark.parametrize("slip", SLIPS, ids=list(SLIPS))
+def test_a_receive_that_misses_the_message_by_its_tag_or_communicator_says_which(pool4, slip):
+    cell, said = SLIPS[slip]
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(cell, timeout=3)
+    assert said in str(info.value) or re.search(said, str(info.value)), str(info.value)
+    assert "restarted" not in str(info.value)
+    assert pool4.run("comm.allreduce(1)").value == dict.fromkeys(range(4), 4)
 
 
 def test_what_a_rank_printed_before_it_hung_shows_while_it_hangs(pool4):

@@ -195,6 +195,29 @@ def test_waiting_for_a_rank_that_finished_is_a_deadlock_without_a_cycle():
     assert "recv from rank 1 at line 7 of /work/x.py" in diagnosis.text()
 
 
+def test_a_receive_under_another_tag_than_the_message_sent_asks_if_that_tag_was_meant():
+    sent = {"source": 0, "tag": 2, "bytes": 8}
+    waiting = wait_state("recv", "recv", ("<mpi-cell-1>", 3), comm="world", peer=0, tag=1, unmatched=sent)
+    text = diagnose({1: waiting}, finished=[0], idle=[]).text()
+    assert ("rank 1 waits for a message with tag 1 from rank 0, but the one that rank 0 sent has tag 2 (8 bytes): "
+            "did you mean tag 2?") in text
+    assert "Usual fixes" not in text, "the slip is the fix"
+    anyone = wait_state("recv", "recv", ("<mpi-cell-1>", 3), comm="world", any_source=True, tag=1, unmatched=sent)
+    assert "tag 1 from any rank, but the one that rank 0 sent has tag 2" in diagnose({1: anyone}, [0], []).text()
+    matched_any_tag = wait_state("recv", "recv", ("<mpi-cell-1>", 3), comm="world", peer=0)
+    assert "did you mean" not in diagnose({1: matched_any_tag}, [0], []).text()
+
+
+def test_a_receive_on_another_communicator_than_the_send_is_named():
+    send = wait_state("Ssend", "send", ("<mpi-cell-1>", 2), comm="world", peer=1, tag=0, nbytes=8)
+    receive = wait_state("Recv", "recv", ("<mpi-cell-1>", 3), comm="world.0@0", peer=0, tag=0, nbytes=8)
+    text = diagnose({0: send, 1: receive}, finished=[], idle=[]).text()
+    assert ("rank 1 receives on communicator 'world.0@0', but rank 0 sends to it on 'world' (line 2): a message "
+            "is received only on the communicator it was sent on.") in text
+    same = wait_state("Recv", "recv", ("<mpi-cell-1>", 3), comm="world", peer=0, tag=5, nbytes=8)
+    assert "receives on communicator" not in diagnose({0: send, 1: same}, [], []).text()
+
+
 def test_a_collective_waits_for_the_members_not_in_it():
     bcast = wait_state("bcast", "collective", ("<mpi-cell-1>", 1), comm="world", members=[0, 1, 2], root=0)
     barrier = wait_state("barrier", "collective", ("<mpi-cell-1>", 2), comm="world", members=[0, 1, 2])

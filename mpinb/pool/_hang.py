@@ -89,8 +89,36 @@ class Diagnosis:
         for rank, needed in sorted(self.stuck_on_absent().items()):
             lines.append(say("rank {rank} waits for {needed}, which will not take part.", rank=rank,
                              needed=format_ranks(needed, word=True)))
-        lines.append(say(USUAL_FIXES))
+        slips = self.slips()
+        lines += slips
+        if not slips:
+            lines.append(say(USUAL_FIXES))
         return "\n".join(lines)
+
+    def slips(self) -> list[str]:
+        """Receives that wait for a message that was sent, but under another tag, or on another
+        communicator: the likely cause, said per rank with the fix."""
+        said = []
+        for rank, state in sorted(self.waits.items()):
+            if state["kind"] != "recv":
+                continue
+            source = say("any rank") if state["any_source"] else f"rank {state['peer']}"
+            if (other := state.get("unmatched")) is not None:
+                said.append(say("rank {rank} waits for a message with tag {tag} from {source}, but the one that rank "
+                                "{sender} sent has tag {other} ({size}): did you mean tag {other}?", rank=rank,
+                                tag=state["tag"], source=source, sender=other["source"], other=other["tag"],
+                                size=_size(other["bytes"])))
+                continue
+            for sender, sending in sorted(self.waits.items()):
+                if (sending["kind"] == "send" and sending["peer"] == rank and sending["comm"] != state["comm"]
+                        and (state["any_source"] or state["peer"] == sender)
+                        and state["tag"] in (sending["tag"], ANY_TAG)):
+                    said.append(say("rank {rank} receives on communicator {comm}, but rank {sender} sends to it on "
+                                    "{other} (line {line}): a message is received only on the communicator it was "
+                                    "sent on.", rank=rank, comm=repr(state["comm"]), sender=sender,
+                                    other=repr(sending["comm"]), line=sending["line"]))
+                    break
+        return said
 
     def __str__(self) -> str:
         return self.text()
@@ -127,6 +155,7 @@ class Diagnosis:
         return say("each {wait}", wait=text)
 
 
+ANY_TAG = -1  # MPI.ANY_TAG, in mpi4py as in MPICH and Open MPI (this process does not load MPI)
 GROUP_FROM = 8  # ranks in the same wait are told in one line from this many on (small rings stay per rank)
 
 

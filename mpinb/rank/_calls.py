@@ -77,7 +77,25 @@ def describe_wait(comm, op, kind, peer, tag, size, where, root) -> WaitState:
     return wait_state(op, kind, where, comm=comm._mpinb_id, members=_rec.comms.get(comm._mpinb_id),
                       peer=peer_world(comm, peer),
                       any_source=peer == MPI.ANY_SOURCE, tag=tag, nbytes=size,
-                      root=peer_world(comm, root))
+                      root=peer_world(comm, root),
+                      unmatched=unmatched(comm, peer, tag) if kind == "recv" else None)
+
+
+def unmatched(comm, source: int, tag: int) -> dict[str, int] | None:
+    """The first message waiting in ``comm`` from ``source`` under another tag than ``tag``, which
+    a receive of ``tag`` never matches: the usual cause of a receive that waits for ever (a tag
+    slip). A probe only looks: the message stays for whichever receive matches it."""
+    if tag == MPI.ANY_TAG or source == MPI.PROC_NULL:
+        return None
+    status = MPI.Status()
+    try:
+        if not PlainIntracomm.Iprobe(comm, source, MPI.ANY_TAG, status):
+            return None
+    except MPI.Exception:  # (a communicator freed meanwhile, say: nothing to tell)
+        return None
+    sender = peer_world(comm, status.Get_source())
+    return {"source": status.Get_source() if sender is None else sender, "tag": status.Get_tag(),
+            "bytes": status.Get_count(BYTE)}
 
 
 _can_revoke = True  # whether this MPI implements ULFM's Comm.Revoke (asked once)
