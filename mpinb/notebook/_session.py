@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 
 from IPython.display import display
 
+from .._colors import ORANGE
+from .._language import say
 from .._ranges import Targets, format_ranks
 from ..errors import CellSyntaxError, PoolError, RankError
 from ..pool._pool import Pool
 from ..pool._result import RunResult
-from ..trace import Trace
+from ..trace import Finding, Trace
 from ..widgets import RankOutput, TraceView
 from ..widgets.progress import ProgressBars
 from ._prestart import Prestart, start_in_background
@@ -264,6 +266,27 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
             _previous_trace, _last_trace = _last_trace, result.trace
             if view != "none":
                 display(TraceView(result.trace, expanded=view == "full"))
+            if findings := result.trace.findings():
+                display(FindingList(findings))
+
+
+class FindingList:
+    """What a run did that works only by accident, under its cell: one line per finding, as
+    HTML (a warning's colour) and as text (saved notebooks, the terminal)."""
+
+    def __init__(self, findings: Sequence[Finding]):
+        self.findings = list(findings)
+
+    def _heading(self) -> str:
+        return say("MPI correctness: this run works only by accident ({count}):", count=len(self.findings))
+
+    def __repr__(self) -> str:
+        return "\n".join([self._heading(), *(f"  - {finding}" for finding in self.findings)])
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{html.escape(str(finding))}</li>" for finding in self.findings)
+        return (f'<div class="mpinb-findings" style="border-left: 3px solid {ORANGE}; padding-left: 8px">'
+                f"<b>{html.escape(self._heading())}</b><ul>{items}</ul></div>")
 
 
 def last_trace() -> Trace | None:

@@ -8,7 +8,7 @@ from typing import Literal
 from .._protocol import WaitState
 from .._ranges import format_ranks
 from ..errors import RankError
-from ..trace import Trace
+from ..trace import Finding, Trace
 from . import _render
 
 Stopped = Literal["timeout", "interrupt"]
@@ -63,6 +63,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def findings(self) -> list[Finding]:
+        """What the run did that works only by accident (see :meth:`mpinb.trace.Trace.findings`);
+        empty for an untraced run."""
+        return [] if self.trace is None else self.trace.findings()
 
     def failed_ranks(self) -> list[int]:
         """Ranks whose code failed on its own: not those that stopped on an interrupt mpinb sent

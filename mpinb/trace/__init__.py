@@ -2,7 +2,8 @@
 and exports."""
 
 from ._compare import Comparison
+from ._findings import Finding
 from ._path import CriticalPath
 from ._trace import Trace
 
-__all__ = ["Comparison", "CriticalPath", "Trace"]
+__all__ = ["Comparison", "CriticalPath", "Finding", "Trace"]

@@ -10,6 +10,7 @@ from .._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, world_rank
 from .._protocol import Recording
 from ._arrays import busy_until, causal_delays, collective_groups, message_halves, union_length
 from ._chrome import chrome_trace
+from ._findings import Finding, findings
 from ._match import match_messages
 from ._path import CriticalPath, critical_path
 from ._waits import Wait, waiting_per_rank, waits
@@ -19,7 +20,7 @@ MATRIX_MEASURES = ("bytes", "messages", "time")
 DTYPE = np.dtype([
     ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
     ("tag", "i4"), ("sent", "i8"), ("received", "i8"), ("start", "f8"), ("end", "f8"),
-    ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"), ("open", "?"),
+    ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"), ("open", "?"), ("pending", "?"),
 ])
 
 
@@ -32,7 +33,8 @@ class Trace:
     on rank 0's clock. ``dropped`` counts calls beyond each rank's buffer.
 
     A run that was stopped (deadlock, interrupt, a failure elsewhere) leaves each rank's broken-off
-    call ``open``: it ends where the rank's recording ended, and matches no message.
+    call ``open``: it ends where the rank's recording ended, and matches no message. A nonblocking
+    call that no wait or test saw complete is ``pending`` (it ends where it returned).
     """
 
     def __init__(self, per_rank: Mapping[int, Recording], world_size: int):
@@ -75,13 +77,14 @@ class Trace:
         peer_world = world_rank(members, peer)
         end, returned = values["end"] + shift, values["returned"] + shift
         broken_off = returned != returned
+        pending = not broken_off and end != end  # a nonblocking call never seen to complete
         if broken_off:
             end = returned = max(stopped, values["start"] + shift)
-        elif end != end:  # a nonblocking call never seen to complete
+        elif pending:
             end = returned
         return (rank, values["op"], values["kind"], values["comm"], peer, peer_world, values["tag"],
                 values["sent"], values["received"], values["start"] + shift, end,
-                returned, values["file"], values["line"], -1, broken_off)
+                returned, values["file"], values["line"], -1, broken_off, pending)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -212,6 +215,11 @@ class Trace:
                 "bytes_received": int(mine["received"].sum()),
             })
         return rows
+
+    def findings(self) -> list[Finding]:
+        """What the run did that works only by accident (nonblocking calls never completed,
+        messages never received), each with its rank, line and fix; see :mod:`._findings`."""
+        return findings(self)
 
     def to_pandas(self):
         """The events as a ``pandas.DataFrame`` (one row per call; ``stop`` is when the call
