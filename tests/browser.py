@@ -54,6 +54,10 @@ def jupyterlab(root: str, app: str = "lab", theme: str = "JupyterLab Light") -> 
     with open(os.path.join(settings, "overrides.json"), "w") as handle:
         json.dump({**SETTINGS, "@jupyterlab/apputils-extension:themes": {"theme": theme}}, handle)
     log = open(os.path.join(root, f"{module}.log"), "w")
+    # Kernels write their debugger's copies of cells to $TMPDIR/ipykernel_<pid>, and leave them:
+    # inside the test's folder, they go with it.
+    temporary = os.path.join(root, ".tmp")
+    os.makedirs(temporary, exist_ok=True)
     server = subprocess.Popen(
         [sys.executable, "-m", module, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
@@ -61,7 +65,7 @@ def jupyterlab(root: str, app: str = "lab", theme: str = "JupyterLab Light") -> 
          f"--LabApp.app_settings_dir={settings}",
          *(["--LabApp.news_url=None"] if app == "lab" else [f"--{app_class}.app_settings_dir={settings}"]),
          "--allow-root"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": temporary},
     )
     base = f"http://127.0.0.1:{port}"
     try:

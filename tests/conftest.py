@@ -90,6 +90,7 @@ def no_process_outlives_the_tests():
     """What the tests start, they stop; pools that ran before them (the user's own) are left be."""
     before = {p.pid for p in pool_processes()}
     mpi_files_before = mpi_temporary_files()
+    kernel_folders_before = kernel_temporary_folders()
     yield
     session.stop_pool()
     # (a value of the ranks' mpinb.rank or mpi4py objects unpickled here would start MPI in the
@@ -101,6 +102,16 @@ def no_process_outlives_the_tests():
     )
     left_files = mpi_temporary_files() - mpi_files_before - in_use()
     assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
+    left_folders = kernel_temporary_folders() - kernel_folders_before
+    assert not left_folders, "kernels' folders outlived the tests: " + ", ".join(sorted(left_folders))
+
+
+def kernel_temporary_folders() -> set[str]:
+    """The folders ipykernel's debugger leaves in the temporary folder (``ipykernel_<pid>``)."""
+    import glob
+    import tempfile
+
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "ipykernel_*")))
 
 
 def mpi_temporary_files() -> set[str]:
