@@ -108,6 +108,8 @@ SLIPS = {
     "object under another tag": ("if rank == 0:\n    comm.send('x', dest=1, tag=2)\nelif rank == 1:\n"
                                  "    comm.recv(source=0, tag=1)",
                                  "waits for a message with tag 1 from rank 0, but the one that rank 0 sent has tag 2"),
+    "late, under another tag": ("import time\nif rank == 0:\n    time.sleep(0.6)\n    comm.send('x', dest=1, tag=2)\n"
+                                "elif rank == 1:\n    comm.recv(source=0, tag=1)", "did you mean tag 2?"),
     "buffer under another tag": ("x = np.arange(4.0)\nif rank == 0:\n    comm.Send(x, dest=1, tag=7)\n"
                                  "elif rank == 1:\n    comm.Recv(x, source=MPI.ANY_SOURCE, tag=8)",
                                  "tag 8 from any rank, but the one that rank 0 sent has tag 7 (32 bytes): "

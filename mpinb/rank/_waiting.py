@@ -66,9 +66,8 @@ def wait(test, describe) -> None:
         polls += 1
         if polls % POLLS_BEFORE_YIELD == 0:
             _yield_cpu()  # with more ranks than cores, the rank we wait for may need this core
-    state = describe[0](*describe[1]) if isinstance(describe, tuple) else describe()
-    state["since"] = time.time() - (_now() - began)
-    current = state
+    since = time.time() - (_now() - began)
+    state = current = _described(describe, since)
     pause, reported = FIRST_PAUSE, 0.0
     while True:
         time.sleep(pause)
@@ -77,6 +76,8 @@ def wait(test, describe) -> None:
         pause = min(pause * 2, LONGEST_PAUSE)
         waited = _now() - began
         if waited >= REPORT_AFTER and waited - reported >= REPORT_EVERY:
+            # described afresh: what came meanwhile (a message under another tag) is part of it
+            state = current = _described(describe, since)
             publish(state)
             reported = waited
     current = None
@@ -85,6 +86,12 @@ def wait(test, describe) -> None:
 
 
 safe_points.add(wait.__code__)
+
+
+def _described(describe, since: float) -> WaitState:
+    state = describe[0](*describe[1]) if isinstance(describe, tuple) else describe()
+    state["since"] = since
+    return state
 
 
 def wait_request(request, status, describe, cancel: bool = False, keep=None) -> None:
