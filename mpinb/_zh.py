@@ -177,11 +177,6 @@ ZH: dict[str, str] = {
     "before the cell ends.":
         "rank {rank}：第 {line} 行的 {op} 从未完成（没有任何 wait 或 test 看到它结束）：在完成之前，它的缓冲区归 MPI "
         "所有，而且运行可能在消息发出之前就结束了。请在单元格结束前等待它（req.wait()、MPI.Request.Waitall）。",
-    "rank {rank}: the message that {op} at line {line} sent to rank {dest} (tag {tag}) was never received in this "
-    "run: a later receive from rank {rank} with that tag takes it, perhaps not the one meant. Receive it in the "
-    "same cell, or check the tag and the destination.":
-        "rank {rank}：第 {line} 行的 {op} 发给 rank {dest}（tag {tag}）的消息在本次运行中从未被接收：之后任何来自 "
-        "rank {rank}、带这个 tag 的接收都会拿到它，未必是本意。请在同一个单元格里接收它，或检查 tag 和目标。",
     "MPI correctness: this run works only by accident ({count}):": "MPI 正确性：本次运行只是碰巧能工作（{count} 处）：",
     "rank {rank} receives on communicator {comm}, but rank {sender} sends to it on {other} (line {line}): a message "
     "is received only on the communicator it was sent on.":
