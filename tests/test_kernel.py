@@ -45,7 +45,12 @@ def mpi_kernel(tmp_path_factory):
     kernelspec.render(str(path / "kernels"), ranks=3)
     saved = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(path)
-    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="mpinb", startup_timeout=90)
+    # (its debugger writes copies of cells to $TMPDIR/ipykernel_<pid>, and leaves them: here, they go
+    # with the test's folder)
+    temporary = path / "tmp"
+    temporary.mkdir()
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="mpinb", startup_timeout=90,
+                                                              env={**os.environ, "TMPDIR": str(temporary)})
     yield manager, client
     client.stop_channels()
     manager.shutdown_kernel(now=False)
