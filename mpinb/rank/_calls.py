@@ -89,8 +89,8 @@ def unmatched(comm, source: int, tag: int) -> dict[str, int] | None:
         return None
     status = MPI.Status()
     try:
-        if not PlainIntracomm.Iprobe(comm, source, MPI.ANY_TAG, status):
-            return None
+        if not PlainIntracomm.Iprobe(comm, source, MPI.ANY_TAG, status) or status.Get_tag() == tag:
+            return None  # (one under the awaited tag is about to be taken: the wait ends)
     except MPI.Exception:  # (a communicator freed meanwhile, say: nothing to tell)
         return None
     sender = peer_world(comm, status.Get_source())
