@@ -163,6 +163,15 @@ class _Code:
         return cls(tree, texts, rest)
 
 
+def _gather(name: str, said: str, before: list[str]) -> str:
+    """A pull of every rank's ``name``: gathered to rank 0 first (once per cell); the list's name."""
+    gathered = f"pulled_{name}"
+    line = f"{gathered} = comm.gather({name}, root=0)  # {said}"
+    if line not in before:
+        before.append(line)
+    return gathered
+
+
 def _leading(text: str) -> tuple[str, str]:
     """A statement's text split into the comment lines above it and the statement itself."""
     lines = text.split("\n")
@@ -192,6 +201,7 @@ class _Exporter:
         self.unavailable: dict[str, int] = {}  # notebook names that came from what was left out -> its cell
         self.pool_names: set[str] = set()  # notebook names that hold the pool (pool = mpinb.current_pool())
         self.imports_matplotlib = False
+        self.parsed: dict[str, _Code | SyntaxError] = {}  # a cell's source -> its code
 
     # -- cells ------------------------------------------------------------------------------------
 
@@ -445,11 +455,7 @@ class _Exporter:
             raise ExportError(f"pool.pull({_source(call.args[0]) if call.args else ''}): the exporter needs the "
                               "name as a string literal")
         if targets is None:
-            gathered = f"pulled_{name}"
-            line = f"{gathered} = comm.gather({name}, root=0)  # pool.pull({name!r}) in the notebook"
-            if line not in before:
-                before.append(line)
-            return ast.parse(gathered, mode="eval").body
+            return ast.parse(_gather(name, f"pool.pull({name!r}) in the notebook", before), mode="eval").body
         ranks = _rank_set_expr(targets)
         if ranks in ("[0]", "{0}"):
             return ast.parse(f"[{name}]", mode="eval").body  # rank 0 is where the notebook's code runs
@@ -495,9 +501,9 @@ class _Exporter:
             self._flush(number, before, mine, after)
         elif word == "pull":
             name = rest.strip()
-            before.append(f"pulled_{name} = comm.gather({name}, root=0)  # %mpi pull {name}")
+            gathered = _gather(name, f"%mpi pull {name}", before)
             if target is not None:
-                mine.append(f"{self._renamed().get(target, target)} = pulled_{name}")
+                mine.append(f"{self._renamed().get(target, target)} = {gathered}")
         elif word == "run":
             self._flush(number, before, mine, after)
             self._run_line(number, rest)
@@ -562,13 +568,19 @@ class _Exporter:
     # -- helpers ----------------------------------------------------------------------------------
 
     def _code(self, source: str, number: int | None = None) -> _Code | None:
-        """The cell's code as Python (IPython's syntax turned into calls, as IPython runs it)."""
-        try:
-            return _Code.parse(source)
-        except SyntaxError as err:
+        """The cell's code as Python (IPython's syntax turned into calls, as IPython runs it);
+        parsed once, though both passes of :meth:`run` read it."""
+        if source not in self.parsed:
+            try:
+                self.parsed[source] = _Code.parse(source)
+            except SyntaxError as err:
+                self.parsed[source] = err
+        code = self.parsed[source]
+        if isinstance(code, SyntaxError):
             if number is not None:
-                self._leave(number, _first_line(source), f"it is not valid Python (line {err.lineno}: {err.msg})")
+                self._leave(number, _first_line(source), f"it is not valid Python (line {code.lineno}: {code.msg})")
             return None
+        return code
 
     def _leave(self, cell: int, what: str, why: str) -> None:
         self.left_out.append(LeftOut(cell, _shorten(what), why))

@@ -156,7 +156,7 @@ class _TwinMixin(_MixedInto):
 
     @property
     def _mpinb_is_world(self) -> bool:
-        return self._mpinb_constant or self.handle in _constant_handles
+        return self.handle in _constant_handles  # (the world's twin's among them)
 
     def Free(self) -> None:
         if self._mpinb_is_world:
