@@ -35,6 +35,13 @@ def whole(value: object, what: str, minimum: int = 0) -> int:
     return value
 
 
+def flag(value: object, what: str) -> bool:
+    """``value`` if it is ``True`` or ``False``; a ``TypeError`` naming ``what`` otherwise."""
+    if value is not True and value is not False:
+        raise TypeError(f"{what} must be True or False, not {value!r}")
+    return value
+
+
 def positive(value: object, what: str) -> int:
     """A whole number of at least 1."""
     return whole(value, what, 1)

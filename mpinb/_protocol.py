@@ -76,6 +76,7 @@ class Limits(TypedDict):
     max_chars: int
     trace: bool
     trace_capacity: int
+    verify: NotRequired[bool]  # correctness checks beyond the cheap ones (see mpinb.rank._verify)
     breakpoints: NotRequired[dict[str, list[int]]]
 
 
@@ -121,6 +122,7 @@ class Recording(TypedDict):
     began: float
     ended: float
     offset: float
+    checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
 
 
 class Reply(TypedDict):

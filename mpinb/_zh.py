@@ -350,4 +350,34 @@ ZH: dict[str, str] = {
     "nothing was returned, run it again": "没有返回任何结果，请重新运行",
     "the data move had ended when the interrupt came: a push or scatter is complete on every rank":
         "中断到来时数据传输已经结束：push 或 scatter 已在每个 rank 上完成",
+    # -- correctness checks of --verify runs
+    "The answers are right, but only by accident: {finding}": "答案是对的，但只是碰巧对：{finding}",
+    "MPI correctness (--verify): nothing found in {calls} MPI calls.":
+        "MPI 正确性检查（--verify）：在 {calls} 次 MPI 调用中没有发现问题。",
+    "{op} at line {line} on {who}": "{who} 第 {line} 行的 {op}",
+    "{calls}: this exchange finishes only because MPI buffered a message (a standard send may return before "
+    "its receive starts). Under an MPI or a message size that does not buffer, these ranks deadlock there. "
+    "Order the calls so that every send meets a posted receive (even ranks send first, odd ranks receive "
+    "first), or use sendrecv, or Isend/Irecv and then Waitall.":
+        "{calls}：这次交换能够结束，只是因为 MPI 缓冲了消息（标准发送可能在对应的接收开始之前就返回）。"
+        "换一个不缓冲的 MPI 或更大的消息，这些 rank 会在这里死锁。请调整调用顺序，使每个发送都遇到已发布的接收"
+        "（偶数 rank 先发送，奇数 rank 先接收），或者使用 sendrecv，或者 Isend/Irecv 之后再 Waitall。",
+    "{calls}: this run finishes only because MPI let a collective end before every rank joined it, or "
+    "buffered a message (a standard send may return before its receive starts). Under an MPI or a message "
+    "size that does neither, these ranks deadlock there. Call the collectives in the same order, relative "
+    "to the sends and receives, on every rank.":
+        "{calls}：这次运行能够结束，只是因为 MPI 让某个集合操作在所有 rank 加入之前就结束了，"
+        "或者缓冲了消息（标准发送可能在对应的接收开始之前就返回）。换一个两者都不做的 MPI 或更大的消息，"
+        "这些 rank 会在这里死锁。请在每个 rank 上以相同的顺序（相对于发送和接收）调用集合操作。",
+    "{who}: {recv_op} at line {recv_line} received {sent} values (sent by {send_op} at line {send_line} "
+    "on rank {sender}) into a buffer of {received} values: MPI copies the bytes, so the values read are wrong. "
+    "Receive into a buffer of the sender's type (np.empty(n, dtype=np.{sent})), or send {received}.":
+        "{who}：第 {recv_line} 行的 {recv_op} 把 {sent} 数据（由 rank {sender} 第 {send_line} 行的 {send_op} 发送）"
+        "接收到了 {received} 类型的缓冲区中：MPI 只复制字节，所以读到的值是错的。请用发送方的类型接收"
+        "（np.empty(n, dtype=np.{sent})），或者发送 {received}。",
+    "{who}: the buffer of {op} at line {line} changed before the send completed (seen when line {done} "
+    "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
+    "the request's Wait, or send a copy.":
+        "{who}：第 {line} 行 {op} 的缓冲区在发送完成之前被修改了（第 {done} 行完成它时发现）：MPI 可能发送旧值、新值或"
+        "两者的混合。请在请求的 Wait 之后再写这个缓冲区，或者发送一份副本。",
 }

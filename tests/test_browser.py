@@ -76,12 +76,15 @@ def test_many_ranks_group_their_output_and_jump_to_a_rank(tmp_path, artifacts, e
 def test_space_time_diagram_matrix_and_summary(tmp_path, artifacts, existing_pools):
     write_notebook(str(tmp_path / "trace.ipynb"), [
         "%load_ext mpinb",
-        "%%mpi -n 3 --view full\nfor step in range(2):\n    comm.send(rank, dest=(rank + 1) % size)\n"
+        "%%mpi -n 3 --view full --verify\nfor step in range(2):\n    comm.send(rank, dest=(rank + 1) % size)\n"
         "    comm.recv(source=(rank - 1) % size)\ncomm.allreduce(rank)",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "trace.ipynb") as page:
         run_all(page)
         canvas = page.wait_for_selector(".mpinb-trace canvas[data-arrows]", timeout=90_000)
+        found = page.wait_for_selector(".mpinb-findings", timeout=30_000).inner_text()
+        assert "MPI correctness: this run works only by accident (1):" in found
+        assert "send at line 3 on ranks 0-2: this exchange finishes only because MPI buffered a message" in found
         assert canvas.get_attribute("data-lanes") == "3"
         assert canvas.get_attribute("data-arrows") == "6", "one arrow per message"
         assert 3 <= int(canvas.get_attribute("data-boxes")) <= 15, "calls below a pixel are merged"

@@ -57,6 +57,18 @@ def test_run_names_the_cell_whose_magic_was_refused(tmp_path):
     assert "cell 3 failed" in done.stderr and "UsageError: no pool is running" in done.stderr, done.stderr
 
 
+def test_run_prints_the_findings_and_verify_checks_every_run(tmp_path, existing_pools):
+    ring = "comm.send(rank, dest=(rank + 1) % size)\ngot = comm.recv(source=(rank - 1) % size)"
+    source = notebook(tmp_path / "ring.ipynb", [ring, "%%local\nprint('local')"], kernel="mpinb")
+    done = mpinb("run", source, "-n", "2", "--verify")
+    assert done.returncode == 0, done.stderr
+    assert ("cell 1: MPI correctness: this run works only by accident (1):\n  - send at line 1 on ranks 0-1: "
+            "this exchange finishes only because MPI buffered a message") in done.stdout, done.stdout
+    done = mpinb("run", source, "-n", "2")
+    assert done.returncode == 0 and "MPI correctness" not in done.stdout, done.stdout
+    assert not wait_until_gone(10, existing_pools)
+
+
 def test_run_executes_a_notebook_written_for_the_mpi_kernel(tmp_path, existing_pools):
     source = notebook(tmp_path / "kernel.ipynb", [
         "y = rank * rank", "%%local\nimport mpinb\nassert mpinb.current_pool().pull('y') == [0, 1, 4]"], kernel="mpinb")

@@ -821,7 +821,8 @@ def test_every_pool_option_is_read_back_and_described():
     chosen = {"launcher": "mpi", "mpiexec": "/usr/bin/mpiexec", "mpiexec_args": ["-f", "hosts"],
               "env": {"OMP_NUM_THREADS": "2"}, "yield_when_idle": True, "start_timeout": 30.0,
               "max_output_lines": 7, "max_output_chars": 70, "trace_capacity": 5, "trace_budget": 50,
-              "controller_ip": "10.0.0.1", "launcher_options": {"a": 1}, "stop_timeout": 3.0, "encrypt": False}
+              "controller_ip": "10.0.0.1", "launcher_options": {"a": 1}, "stop_timeout": 3.0, "encrypt": False,
+              "verify": True}
     assert set(chosen) == set(OPTIONS), "this test names every option"
     pool = Pool(3, **chosen)
     assert pool.options() == chosen

@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._ranges import rank_count
 from . import _kernelspec as kernelspec
@@ -21,12 +21,15 @@ class NotebookRun:
     cells_run: int
     failed_cell: int | None = None  # index among all cells, counting from 1 as Jupyter shows them
     error: str = ""
+    findings: list[tuple[int, str]] = field(default_factory=list)  # (cell, the list shown under it)
 
 
 def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
-                 timeout: float = 600.0) -> NotebookRun:
+                 timeout: float = 600.0, verify: bool = False) -> NotebookRun:
     """Execute ``path`` top to bottom in its own kernel (the MPI kernel if it asks for it);
-    with ``output``, write the executed notebook there, failed or not."""
+    with ``output``, write the executed notebook there, failed or not. With ``verify``, every
+    run on the pool checks MPI correctness in full (``$MPINB_VERIFY``); the findings shown under
+    cells come back either way."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, DeadKernelError
@@ -37,7 +40,7 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
     if ranks is not None:
         ranks = rank_count(ranks, "-n")
-    with tempfile.TemporaryDirectory() as scratch, _environment(scratch, kernel, ranks):
+    with tempfile.TemporaryDirectory() as scratch, _environment(scratch, kernel, ranks, verify):
         client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
                                 resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
         try:
@@ -50,14 +53,28 @@ def run_notebook(path: str, ranks: int | None = None, output: str | None = None,
         finally:
             if output:
                 nbformat.write(nb, output)
+    result.findings = _findings(nb)
     return result
 
 
+def _findings(nb) -> list[tuple[int, str]]:
+    """The correctness findings shown under the notebook's cells (see ``_session.FindingList``)."""
+    found = []
+    for number, cell in enumerate(nb.cells, 1):
+        for out in cell.get("outputs", ()):
+            data = out.get("data", {})
+            if 'class="mpinb-findings"' in str(data.get("text/html", "")):
+                found.append((number, str(data.get("text/plain", ""))))
+    return found
+
+
 @contextlib.contextmanager
-def _environment(scratch: str, kernel: str, ranks: int | None):
-    """The kernel's environment: the pool size, and the MPI kernel's spec whether or not the user
-    installed it; the caller's environment is restored afterwards."""
-    saved = {name: os.environ.get(name) for name in ("MPINB_RANKS", "JUPYTER_PATH")}
+def _environment(scratch: str, kernel: str, ranks: int | None, verify: bool = False):
+    """The kernel's environment: the pool size, whether runs verify, and the MPI kernel's spec
+    whether or not the user installed it; the caller's environment is restored afterwards."""
+    saved = {name: os.environ.get(name) for name in ("MPINB_RANKS", "JUPYTER_PATH", "MPINB_VERIFY")}
+    if verify:
+        os.environ["MPINB_VERIFY"] = "1"
     if ranks is not None:
         os.environ["MPINB_RANKS"] = str(ranks)
     if kernel == kernelspec.KERNEL_NAME:

@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-n", type=_positive, metavar="N", help="ranks for the pool (default: $MPINB_RANKS or cores)")
     run.add_argument("-o", "--output", metavar="OUT.ipynb", help="write the executed notebook here")
     run.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per cell (default 600)")
+    run.add_argument("--verify", action="store_true",
+                     help="check MPI correctness in full in every run on the pool (as %%%%mpi --verify)")
     run.set_defaults(handler=_run)
 
     export = commands.add_parser("export", help="write a notebook's MPI program as one plain mpi4py script",
@@ -147,7 +149,10 @@ def _copy_tutorials(args) -> int:
 def _run(args) -> int:
     from ._headless import run_notebook
 
-    result = run_notebook(args.notebook, ranks=args.n, output=args.output, timeout=args.timeout)
+    result = run_notebook(args.notebook, ranks=args.n, output=args.output, timeout=args.timeout,
+                          verify=args.verify)
+    for cell, text in result.findings:
+        print(f"mpinb run: {args.notebook}: cell {cell}: {text}")
     if result.ok:
         print(f"mpinb run: {args.notebook}: all {result.cells_run} code cells ran without error")
         return 0

@@ -74,11 +74,21 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="tabs (default): merged view and a tab per rank; merged; rank0")
     parser.add_argument("--no-trace", dest="trace", action="store_false",
                         help="do not record MPI calls (no overhead, no message views)")
+    parser.add_argument("--verify", action="store_true", default=None,
+                        help="check MPI correctness in full: reliance on buffering, type mismatches, "
+                             "buffers changed while MPI owns them (the cheap checks run in every traced run)")
     parser.add_argument("--view", choices=session.VIEW_MODES, default="compact",
                         help="message-flow views after the run: compact (default), full, none")
     parser.add_argument("--debug", metavar="COMMANDS", type=_debug_commands,
                         help="debugger commands for ranks that stop at breakpoint(), separated by ;; "
                              "(e.g. \"p x ;; 2: n ;; c\"); then the prompt asks for more")
+
+
+def _verify(args: argparse.Namespace) -> bool | None:
+    """``--verify`` (``None`` without it: the pool's setting); a clear error beside ``--no-trace``."""
+    if args.verify and not args.trace:
+        raise UsageError("--verify checks the MPI calls that tracing records: drop --no-trace, or drop --verify")
+    return args.verify
 
 
 def _debug_commands(text: str) -> list[str]:
@@ -114,6 +124,8 @@ def start_parser(name: str) -> _Parser:
                             help="encrypt every socket of the pool (CurveZMQ; default when ranks run on other hosts)")
     encryption.add_argument("--no-encrypt", dest="encrypt", action="store_const", const=False,
                             help="sign messages only, do not encrypt them")
+    parser.add_argument("--verify", action="store_true",
+                        help="every run checks MPI correctness in full, as %%%%mpi --verify")
     batch = parser.add_argument_group("batch systems (--launcher slurm, pbs, ...)")
     batch.add_argument("--partition", help="partition (queue) to submit to")
     batch.add_argument("--time", help="time limit, e.g. 1:00:00")
@@ -132,11 +144,12 @@ def run_parser() -> _Parser:
 
 
 LINE_USAGE = """\
-%mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--start-timeout S]
+%mpi start [-n N] [--launcher NAME] [--hosts H | --hostfile F] [--start-timeout S] [--verify]
            [--encrypt | --no-encrypt] [--partition P --time T --account A] [-- mpiexec args]
                                                         start the pool
 %mpi stop | restart [-n N] | status                     manage it
-%mpi run [--targets T] [--timeout S] script.py [args]   run a script as mpiexec would
+%mpi run [--targets T] [--timeout S] [--verify] script.py [args]
+                                                        run a script as mpiexec would
 %mpi push NAME [NAME ...]                               copy notebook variables to every rank
 %mpi pull NAME                                          the per-rank list of a rank variable
 %mpi trace [compact|full]                               message-flow views of the last traced run
@@ -150,7 +163,7 @@ LINE_USAGE = """\
                                                         Slurm batch job): mpiexec -n N python SCRIPT.py
 %mpi STATEMENT                                          run one line on every rank
 %%mpi [-n N] [--targets T] [--timeout S] [--output tabs|merged|rank0]
-      [--no-trace] [--view compact|full|none] [--debug "CMD ;; CMD"]"""
+      [--no-trace | --verify] [--view compact|full|none] [--debug "CMD ;; CMD"]"""
 
 
 def _split(line: str) -> list[str]:
@@ -174,7 +187,8 @@ class MPIMagics(Magics):
         args = cell_parser().parse_args(_split(line))
         _check_targets(args.targets, args.n)
         session.run_cell(cell, n=args.n, targets=args.targets, timeout=args.timeout, output=args.output,
-                         first_line=args.first_line, trace=args.trace, view=args.view, debug=args.debug)
+                         first_line=args.first_line, trace=args.trace, view=args.view, debug=args.debug,
+                         verify=_verify(args))
         return None
 
     def _line(self, line: str) -> object:
@@ -210,6 +224,8 @@ class MPIMagics(Magics):
             options["start_timeout"] = args.start_timeout
         if args.encrypt is not None:
             options["encrypt"] = args.encrypt
+        if args.verify:
+            options["verify"] = True
         if word == "start":
             session.start_pool(args.n, **options)
         else:
@@ -245,7 +261,8 @@ class MPIMagics(Magics):
             except OSError as err:
                 raise UsageError(f"--stdin {args.stdin}: {err.strerror}") from None
         session.run_script(script, args.args, stdin=stdin, targets=args.targets, timeout=args.timeout,
-                           output=args.output, trace=args.trace, view=args.view, debug=args.debug)
+                           output=args.output, trace=args.trace, view=args.view, debug=args.debug,
+                           verify=_verify(args))
 
     def _trace(self, word: str, argv: list[str]) -> None:
         view = argv[0] if argv else "full"

@@ -186,6 +186,7 @@ def run_cell(
     trace: bool = True,
     view: str = "compact",
     debug: list[str] | None = None,
+    verify: bool | None = None,
 ) -> RunResult:
     """Run a cell on the pool with a live per-rank view; raise what ``Pool.run`` raises.
 
@@ -202,10 +203,10 @@ def run_cell(
     named = adapter.cell(current_cell) if adapter is not None and current_cell is not None and first_line == 1 else None
     filename, lines = named or (None, [])
     try:
-        return _shown(pool, targets, output, view,
+        return _shown(pool, targets, output, view, verify is True,
                       lambda show: pool.run(code, targets, timeout, show, trace=trace,
                                             debug=adapter.on_stop if adapter is not None else debug,
-                                            breakpoints=lines, filename=filename))
+                                            breakpoints=lines, filename=filename, verify=verify))
     finally:
         if adapter is not None:
             adapter.run_ended()
@@ -221,16 +222,19 @@ def run_script(
     trace: bool = True,
     view: str = "compact",
     debug: list[str] | None = None,
+    verify: bool | None = None,
 ) -> RunResult:
     """``%mpi run``: an existing script on the pool, shown like a cell."""
     pool = pool_for_cell(None)
-    return _shown(pool, targets, output, view,
-                  lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace, debug=debug))
+    return _shown(pool, targets, output, view, verify is True,
+                  lambda show: pool.run_file(path, args, stdin, targets, timeout, show, trace=trace, debug=debug,
+                                             verify=verify))
 
 
-def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunResult:
+def _shown(pool: Pool, targets: Targets, output: str, view: str, asked_to_verify: bool, call) -> RunResult:
     """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
-    then the message-flow views of its trace."""
+    then the message-flow views of its trace and its correctness findings (a cell that asked for
+    ``--verify`` hears that nothing was found; a pool that verifies every run says only findings)."""
     global _last_trace, _previous_trace
     if output not in OUTPUT_MODES:
         raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
@@ -266,24 +270,31 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, call) -> RunRes
             _previous_trace, _last_trace = _last_trace, result.trace
             if view != "none":
                 display(TraceView(result.trace, expanded=view == "full"))
-            if findings := result.trace.findings():
-                display(FindingList(findings))
+            findings = result.trace.findings()
+            if findings or (asked_to_verify and result.trace.verified):
+                display(FindingList(findings, checked=len(result.trace)))
 
 
 class FindingList:
     """What a run did that works only by accident, under its cell: one line per finding, as
-    HTML (a warning's colour) and as text (saved notebooks, the terminal)."""
+    HTML (a warning's colour) and as text (saved notebooks, the terminal). A verified run
+    (``checked``: its number of calls) with no finding says so in one line."""
 
-    def __init__(self, findings: Sequence[Finding]):
+    def __init__(self, findings: Sequence[Finding], checked: int | None = None):
         self.findings = list(findings)
+        self.checked = checked
 
     def _heading(self) -> str:
+        if not self.findings:
+            return say("MPI correctness (--verify): nothing found in {calls} MPI calls.", calls=self.checked)
         return say("MPI correctness: this run works only by accident ({count}):", count=len(self.findings))
 
     def __repr__(self) -> str:
         return "\n".join([self._heading(), *(f"  - {finding}" for finding in self.findings)])
 
     def _repr_html_(self) -> str:
+        if not self.findings:
+            return f'<div class="mpinb-verified" style="color: #666">{html.escape(self._heading())}</div>'
         items = "".join(f"<li>{html.escape(str(finding))}</li>" for finding in self.findings)
         return (f'<div class="mpinb-findings" style="border-left: 3px solid {ORANGE}; padding-left: 8px">'
                 f"<b>{html.escape(self._heading())}</b><ul>{items}</ul></div>")

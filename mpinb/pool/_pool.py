@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import psutil
 
 from .. import rank as _rank
-from .._checks import Checked, optional_seconds, positive, seconds
+from .._checks import Checked, flag, optional_seconds, positive, seconds
 from .._language import say
 from .._protocol import Hello, Limits
 from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
@@ -65,6 +65,17 @@ def slow_tracer_note(ranks: dict[int, Hello]) -> str | None:
                ranks=format_ranks(sorted(slow), word=True), why=why)
 
 
+def verify_default() -> bool:
+    """``$MPINB_VERIFY`` as a pool's default ``verify`` (``mpinb run --verify`` sets it for the
+    notebook's kernel); unset, empty or ``0``: off."""
+    value = os.environ.get("MPINB_VERIFY", "").strip().lower()
+    if value in ("", "0", "no", "false", "off"):
+        return False
+    if value in ("1", "yes", "true", "on"):
+        return True
+    raise ValueError(f"MPINB_VERIFY={value!r}: set it to 1 (verify every run) or 0")
+
+
 class Pool:
     """A set of MPI ranks (one process each) that keep their state between runs.
 
@@ -91,6 +102,8 @@ class Pool:
     - ``encrypt``: CurveZMQ on every socket of the pool, the relay of runs included (default:
       when ranks run on other hosts; a pool on this host listens where only you can reach).
       Every message is signed (HMAC) either way.
+    - ``verify``: every run checks MPI correctness beyond the cheap checks of each traced run
+      (see :meth:`run`); default: ``$MPINB_VERIFY`` (``1``: on), else off.
     """
 
     start_timeout = Checked(optional_seconds)
@@ -99,6 +112,7 @@ class Pool:
     max_output_chars = Checked(positive)
     trace_capacity = Checked(positive)
     trace_budget = Checked(positive)
+    verify = Checked(flag)
 
     def __init__(
         self,
@@ -118,6 +132,7 @@ class Pool:
         launcher_options: Mapping[str, object] | None = None,
         stop_timeout: float | None = None,
         encrypt: bool | None = None,
+        verify: bool | None = None,
     ):
         n = default_size() if n is None else rank_count(n)
         if isinstance(mpiexec_args, str) or not all(isinstance(arg, str) for arg in mpiexec_args):
@@ -150,6 +165,7 @@ class Pool:
         self.max_output_chars = max_output_chars
         self.trace_capacity = trace_capacity  # MPI calls one rank records in one run, at most
         self.trace_budget = trace_budget  # and all ranks of a run together (see _limits)
+        self.verify = verify_default() if verify is None else verify
         self.controller_ip = controller_ip
         # After an interrupt or a timeout, how long ranks get to stop before the pool takes them
         # as stuck (inside a call that ignores interrupts) and starts fresh processes.
@@ -258,11 +274,17 @@ class Pool:
         debug: Debug = None,
         breakpoints: Iterable[int] = (),
         filename: str | None = None,
+        verify: bool | None = None,
     ) -> RunResult:
         """Run ``code`` on the ranks; the value of its last expression comes back per rank.
 
         With ``trace`` (the default) every MPI call the code makes is recorded into
-        ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost.
+        ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost. Each traced
+        run checks what is cheap to check of MPI correctness (requests never completed);
+        ``verify`` (default: the pool's ``verify``) checks more, at some cost: exchanges that finish
+        only because MPI buffered a message, messages received into a buffer of another type,
+        buffers of nonblocking sends changed before the send completed. What the checks find is
+        ``result.findings``; nothing they do changes what the code computes.
 
         Ranks that reach ``breakpoint()``, or a line of ``breakpoints`` (line numbers of ``code``),
         stop; ``debug`` says what then happens: ``None`` (the default) asks for debugger commands
@@ -282,7 +304,7 @@ class Pool:
         self._sources[filename] = code
         while len(self._sources) > KEPT_SOURCES:
             del self._sources[next(iter(self._sources))]
-        limits = self._limits(trace, targets)
+        limits = self._limits(trace, targets, verify)
         lines = sorted(set(breakpoints))
         if lines:
             count = code.count("\n") + 1
@@ -304,11 +326,13 @@ class Pool:
         check: bool = True,
         trace: bool = True,
         debug: Debug = None,
+        verify: bool | None = None,
     ) -> RunResult:
         """Run an existing MPI script unchanged, as ``mpiexec -n N python path args`` would.
 
         ``__name__ == "__main__"``, ``sys.argv``, the working directory and ``stdin`` (given to rank
-        0) are what ``mpiexec`` gives; ``sys.exit(0)`` is success.
+        0) are what ``mpiexec`` gives; ``sys.exit(0)`` is success. ``trace`` and ``verify`` are
+        :meth:`run`'s.
         """
         path = os.path.abspath(os.fspath(path))
         if not os.path.exists(path):
@@ -318,16 +342,22 @@ class Pool:
         if isinstance(stdin, bytes):
             stdin = stdin.decode()
         argv = [str(arg) for arg in args] if not isinstance(args, str) else args.split()
-        call = (path, argv, stdin, os.getcwd(), self._limits(trace, targets))
+        call = (path, argv, stdin, os.getcwd(), self._limits(trace, targets, verify))
         return self._execute(_rank.run_file, call, targets, timeout, on_output, check, debug)
 
-    def _limits(self, trace: bool, targets: Targets) -> Limits:
+    def _limits(self, trace: bool, targets: Targets, verify: bool | None) -> Limits:
         """Each rank records at most ``trace_capacity`` calls, and the run's ranks together about
         ``trace_budget``: at 64 ranks, 100,000 calls each would send the notebook 700 MB per cell
         (a call is about 110 bytes). The trace says how many calls each rank dropped."""
+        if verify is None:  # the pool's setting: a run it asks untraced is not verified
+            verify = self.verify and bool(trace)
+        elif flag(verify, "verify") and not trace:
+            raise ValueError("verify=True checks the MPI calls that tracing records: it needs trace=True "
+                             "(drop --no-trace, or drop --verify)")
         share = max(self.trace_budget // len(self.ranks(targets)), MIN_TRACE_SHARE)
         return {"max_lines": self.max_output_lines, "max_chars": self.max_output_chars,
-                "trace": bool(trace), "trace_capacity": min(self.trace_capacity, share)}
+                "trace": bool(trace), "trace_capacity": min(self.trace_capacity, share),
+                "verify": bool(verify and trace)}
 
     def interrupt(self, targets: Targets = None) -> None:
         """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""

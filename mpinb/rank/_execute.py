@@ -128,7 +128,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     _debugger.new_run()
     displays_before = _output.displays
     install_interrupt_handler()
-    tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"])
+    tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"], limits.get("verify", False))
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
             _running_user_code = True

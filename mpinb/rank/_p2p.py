@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from .._events import PROBE, RECV, SEND
 from .._protocol import WaitKind, WaitState
-from . import _objects
+from . import _objects, _verify
 from ._calls import (
     BYTE,
     NAN,
@@ -61,11 +61,16 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
             size = nbytes(arg(args, kwargs, 0, "buf"))
         posted = _now()
         where = call_site()
+        if _verify.on and not lowercase:
+            _verify.typed(start, SEND, arg(args, kwargs, 0, "buf"))
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, NAN, posted, *where]
             if recording:
                 rec.add(event)
-            return TracedRequest._wrap(request, event, recording)
+            twin = TracedRequest._wrap(request, event, recording)
+            if _verify.on and not lowercase:
+                _verify.posted_send(twin, arg(args, kwargs, 0, "buf"), start)
+            return twin
         if not request.Test():  # most small sends are done at once: nothing more to set up
             _poll_request(request, None, describer(self, name, "send", dest, tag, size, where))
         if recording:
@@ -98,6 +103,8 @@ def _recv(name: str, lowercase: bool):
             if not request.Test(status):
                 _poll_request(request, status, describe, cancel=True)
             result = None
+        if _verify.on and not lowercase:
+            _verify.typed(start, RECV, buf)
         if rec.on:
             end = _now()
             size = status.Get_count(BYTE)  # for lowercase calls, the pickle's size
@@ -146,6 +153,8 @@ def _irecv(name: str, lowercase: bool):
         source = arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, NAN, end, *call_site()]
+        if _verify.on and not lowercase:
+            _verify.typed(start, RECV, arg(args, kwargs, 0, "buf"))
         if rec.on:
             rec.add(event)
         return TracedRequest._wrap(request, event, rec.on)
@@ -186,6 +195,9 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
                      recvtag=arg(args, kwargs, recvtag_at, "recvtag", MPI.ANY_TAG), where=call_site())
         start = _now()
         result, sent = exchange(call, status_at)
+        if _verify.on and not lowercase:
+            _verify.typed(start, SEND, arg(args, kwargs, 0, "buf" if replace else "sendbuf"))
+            _verify.typed(start, RECV, arg(args, kwargs, 0, "buf") if replace else arg(args, kwargs, 3, "recvbuf"))
         if _rec.on:
             end, cid, received = _now(), self._mpinb_id, status.Get_count(BYTE)
             # MPICH's Isendrecv_replace leaves a wrong tag in its status; a requested one is exact.

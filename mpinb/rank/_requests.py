@@ -261,12 +261,17 @@ def _many(name: str, requests, where):
     """Describe a wait on several requests by the first one still pending."""
     def describe() -> WaitState:
         for request in requests:
-            if type(request) is TracedRequest and request._what is not None and request:
+            if type(request) in TRACED_CLASSES and request._what is not None and request:
                 state = request._describe(where)
                 state["op"] = f"{name} ({state['op']})"
                 return state
         return _waiting_on_nothing_known(name, where)
     return describe
+
+
+# The classes of requests that traced calls made (``_verify`` adds its own): a plain request in a
+# list of them (an untraced call's) has no event to complete.
+TRACED_CLASSES = {TracedRequest}
 
 
 def _statuses_for(requests, statuses):
@@ -281,7 +286,7 @@ def _done_all(requests, statuses) -> None:
     """Fill in the events of the traced requests of a completed Waitall/Testall."""
     if _rec.on:
         for index, request in enumerate(requests):
-            if type(request) is TracedRequest:
+            if type(request) in TRACED_CLASSES:
                 request._done(_status_at(statuses, index))
 
 
@@ -293,7 +298,7 @@ _UNKNOWN_STATUS = MPI.Status()  # source and tag ANY, count 0: what an ignored s
 
 
 def _done_at(requests, index, status) -> None:
-    if _rec.on and index is not None and index >= 0 and type(requests[index]) is TracedRequest:
+    if _rec.on and index is not None and index >= 0 and type(requests[index]) in TRACED_CLASSES:
         requests[index]._done(status if status is not None else _UNKNOWN_STATUS)
 
 

@@ -232,7 +232,9 @@ copyreg.pickle(PlainIntracomm, _reduce_plain_intracomm)
 
 _METHODS = {**P2P, **COLLECTIVES, **{n: _derived(n) for n in DERIVING_CALLS}}
 # The hottest calls in C where the C tracer loads (each falls back to the method it replaces).
-_METHODS.update(_native.methods(_METHODS))
+_IN_C = _native.methods(_METHODS)
+PYTHON_OF_C = {name: _METHODS[name] for name in _IN_C}  # what a --verify run uses instead (see _verify)
+_METHODS.update(_IN_C)
 _rec.native = _native.tracer
 
 
@@ -254,4 +256,5 @@ TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {})
 _TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
                   MPI.Distgraphcomm: TracedDistgraphcomm, PlainIntracomm: TracedIntracomm}
 _PLAIN_CLASSES, _TWINS = tuple(_TWIN_OF_CLASS), tuple(_TWIN_OF_CLASS.values())
+TWIN_CLASSES = _TWINS
 Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm

@@ -9,11 +9,12 @@ from typing import Any
 
 from mpi4py import MPI
 
+from . import _verify
 from ._calls import PlainRequest
 from ._collectives import set_epoch
 from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
-from ._traced import traced
+from ._traced import PYTHON_OF_C, TWIN_CLASSES, traced
 
 _plain_world = MPI.COMM_WORLD
 _traced_world: Any = None  # the world's twin (it carries mpinb's attributes)
@@ -116,11 +117,13 @@ def _use(namespace: dict, traced_calls: bool) -> None:
 
 
 @contextmanager
-def recording(namespace: dict, enabled: bool, capacity: int | None = None) -> Iterator[dict]:
+def recording(namespace: dict, enabled: bool, capacity: int | None = None,
+              verify: bool = False) -> Iterator[dict]:
     """Record the MPI calls of one run into the yielded dict's ``"trace"``.
 
     With ``enabled=False`` the plain mpi4py objects are put back for the run, so that untraced
     runs pay nothing at all; communicators created by earlier traced runs only check a flag.
+    With ``verify``, the recording also carries the notes of :mod:`._verify` (``"checks"``).
     """
     box: dict = {"trace": None}
     if _traced_world is None:
@@ -134,7 +137,10 @@ def recording(namespace: dict, enabled: bool, capacity: int | None = None) -> It
             _use(namespace, traced_calls=True)
         return
     RECORDER.start(capacity)
+    replaced = _verify.start(TWIN_CLASSES, PYTHON_OF_C) if verify else None
     try:
         yield box
     finally:
         box["trace"] = RECORDER.stop()
+        if replaced is not None:
+            box["trace"]["checks"] = _verify.stop(replaced)

@@ -16,8 +16,9 @@ from .._events import COLLECTIVE, RECV, SEND, WAIT
 def message_halves(events: np.ndarray) -> dict[int, dict[str, int]]:
     """Per matched message id, the indices of its ``"send"`` and ``"recv"`` events."""
     halves: dict[int, dict[str, int]] = {}
-    for i in np.nonzero(events["msg"] >= 0)[0]:
-        halves.setdefault(int(events["msg"][i]), {})["send" if events["kind"][i] == SEND else "recv"] = int(i)
+    matched = np.flatnonzero(events["msg"] >= 0)
+    for i, msg, kind in zip(matched.tolist(), events["msg"][matched].tolist(), events["kind"][matched].tolist()):
+        halves.setdefault(msg, {})["send" if kind == SEND else "recv"] = i
     return {msg: pair for msg, pair in halves.items() if len(pair) == 2}
 
 

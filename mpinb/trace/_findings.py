@@ -1,5 +1,10 @@
-"""What a run left behind that is likely a bug, found in its trace alone (the cheap checks of
-MPI correctness, on in every traced run): nonblocking calls that no wait or test saw complete.
+"""What a run did that is likely a bug, found in its trace: the checks of MPI correctness.
+
+On in every traced run (cheap): nonblocking calls that no wait or test saw complete. With
+``verify`` (the ranks noted more, see :mod:`mpinb.rank._verify`): exchanges that finish only
+because MPI buffered a message or let a collective end early (see :mod:`._synchronous`), a
+message received into a buffer of another element type, and the buffer of a nonblocking send
+changed before the send completed.
 
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
@@ -11,12 +16,17 @@ finding must never be false.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._language import say
+from .._events import COLLECTIVE
+from .._language import language, say
+from .._ranges import format_ranks
+from ._arrays import message_halves
+from ._synchronous import stalled
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -25,7 +35,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
-    (``"never-completed"``), ``text`` says what and the fix."""
+    (``"never-completed"``, ``"buffering"``, ``"type-mismatch"``, ``"buffer-touched"``), ``text``
+    says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
 
     check: str
     rank: int
@@ -51,7 +62,104 @@ def findings(trace: Trace) -> list[Finding]:
             "its buffer belongs to MPI, and the run may end before the message moves. Wait for it "
             "(req.wait(), MPI.Request.Waitall) before the cell ends.",
             rank=int(event["rank"]), op=event["op"], line=int(event["line"]))))
+    if trace.verified:
+        found += _buffering(trace) + _type_mismatches(events) + _touched(events)
     return found
+
+
+def _who(ranks) -> str:
+    return format_ranks(ranks, word=True) if language() != "zh" else "rank " + format_ranks(ranks)
+
+
+def _calls_text(events, indices) -> str:
+    """``"Send at line 3 on ranks 0-3, Recv at line 5 on rank 4"``: calls grouped by op and line."""
+    where: dict[tuple[str, int], list[int]] = {}
+    for i in indices:
+        where.setdefault((str(events["op"][i]), int(events["line"][i])), []).append(int(events["rank"][i]))
+    return ", ".join(say("{op} at line {line} on {who}", op=op, line=line, who=_who(ranks))
+                     for (op, line), ranks in where.items())
+
+
+def _buffering(trace: Trace) -> list[Finding]:
+    events = trace.events
+    stuck = stalled(events, trace.comms)
+    if not stuck:
+        return []
+    calls = _calls_text(events, stuck)
+    collective = any(events["kind"][i] == COLLECTIVE for i in stuck)
+    if collective:
+        text = say(
+            "{calls}: this run finishes only because MPI let a collective end before every rank joined it, or "
+            "buffered a message (a standard send may return before its receive starts). Under an MPI or a message "
+            "size that does neither, these ranks deadlock there. Call the collectives in the same order, relative "
+            "to the sends and receives, on every rank.", calls=calls)
+    else:
+        text = say(
+            "{calls}: this exchange finishes only because MPI buffered a message (a standard send may return before "
+            "its receive starts). Under an MPI or a message size that does not buffer, these ranks deadlock there. "
+            "Order the calls so that every send meets a posted receive (even ranks send first, odd ranks receive "
+            "first), or use sendrecv, or Isend/Irecv and then Waitall.", calls=calls)
+    return [_finding(events[stuck[0]], "buffering", text)]
+
+
+def _type_mismatches(events) -> list[Finding]:
+    checks = events["checks"].tolist()
+    seen: dict[tuple, list[int]] = {}
+    first: dict[tuple, tuple[int, int]] = {}
+    for pair in message_halves(events).values():
+        send, recv = pair["send"], pair["recv"]
+        sent, received = _typecode(checks[send]), _typecode(checks[recv])
+        if not sent or not received or _compatible(sent, received):
+            continue
+        key = (str(events["op"][send]), int(events["line"][send]), str(events["op"][recv]),
+               int(events["line"][recv]), sent, received)
+        seen.setdefault(key, []).append(int(events["rank"][recv]))
+        first.setdefault(key, (send, recv))
+    found = []
+    for key, receivers in seen.items():
+        send_op, send_line, recv_op, recv_line, sent, received = key
+        send, recv = first[key]
+        found.append(_finding(events[recv], "type-mismatch", say(
+            "{who}: {recv_op} at line {recv_line} received {sent} values (sent by {send_op} at line {send_line} "
+            "on rank {sender}) into a buffer of {received} values: MPI copies the bytes, so the values read are wrong. "
+            "Receive into a buffer of the sender's type (np.empty(n, dtype=np.{sent})), or send {received}.",
+            who=_who(receivers), recv_op=recv_op, recv_line=recv_line, sent=_type_name(sent),
+            send_op=send_op, send_line=send_line, sender=int(events["rank"][send]),
+            received=_type_name(received))))
+    return found
+
+
+def _typecode(checks: tuple | None) -> str:
+    """The element type a call's buffer had (see ``mpinb.rank._verify.typed``), or ``""``."""
+    return next((what[1] for what in checks or () if what[0] == "type"), "")
+
+
+@functools.cache
+def _compatible(sent: str, received: str) -> bool:
+    """Same kind of number of the same size (int32 and uint32 pass: the bits are the same)."""
+    a, b = np.dtype(sent), np.dtype(received)
+    kinds = {"i": "i", "u": "i"}
+    return a.itemsize == b.itemsize and kinds.get(a.kind, a.kind) == kinds.get(b.kind, b.kind)
+
+
+def _type_name(code: str) -> str:
+    return np.dtype(code).name
+
+
+def _touched(events) -> list[Finding]:
+    seen: dict[tuple, list[int]] = {}
+    first: dict[tuple, int] = {}
+    for i in np.flatnonzero(events["checks"] != None):  # noqa: E711 - an elementwise test
+        for what in events["checks"][i]:
+            if what[0] == "touched":
+                key = (str(events["op"][i]), int(events["line"][i]), int(what[2]))
+                seen.setdefault(key, []).append(int(events["rank"][i]))
+                first.setdefault(key, int(i))
+    return [_finding(events[first[key]], "buffer-touched", say(
+        "{who}: the buffer of {op} at line {line} changed before the send completed (seen when line {done} "
+        "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
+        "the request's Wait, or send a copy.", who=_who(sorted(set(ranks))), op=key[0], line=key[1], done=key[2]))
+        for key, ranks in seen.items()]
 
 
 def _complete(trace: Trace) -> bool:

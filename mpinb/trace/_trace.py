@@ -21,6 +21,7 @@ DTYPE = np.dtype([
     ("rank", "i4"), ("op", "O"), ("kind", "i1"), ("comm", "O"), ("peer", "i4"), ("peer_world", "i4"),
     ("tag", "i4"), ("sent", "i8"), ("received", "i8"), ("start", "f8"), ("end", "f8"),
     ("returned", "f8"), ("file", "O"), ("line", "i4"), ("msg", "i8"), ("open", "?"), ("pending", "?"),
+    ("checks", "O"),
 ])
 
 
@@ -35,6 +36,9 @@ class Trace:
     A run that was stopped (deadlock, interrupt, a failure elsewhere) leaves each rank's broken-off
     call ``open``: it ends where the rank's recording ended, and matches no message. A nonblocking
     call that no wait or test saw complete is ``pending`` (it ends where it returned).
+
+    A run with ``verify`` (``verified``) keeps, per call, what its rank noted for the correctness
+    checks (``checks``: a tuple of ``(check, *what)``, such as ``("type", "d")``; else ``None``).
     """
 
     def __init__(self, per_rank: Mapping[int, Recording], world_size: int):
@@ -44,6 +48,7 @@ class Trace:
         self.comms: dict[str, list[int]] = {}
         for data in per_rank.values():
             self.comms.update(data["comms"])
+        self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
@@ -53,8 +58,12 @@ class Trace:
         rows = []
         for rank, data in per_rank.items():
             shift = data["offset"] - origin
+            checks: dict[tuple, tuple] = {}
+            for start, kind, *what in data.get("checks", ()):
+                checks[start, kind] = (*checks.get((start, kind), ()), tuple(what))
             for event in data["events"]:
-                rows.append(self._row(rank, event, shift, data["ended"] + shift))
+                row = self._row(rank, event, shift, data["ended"] + shift)
+                rows.append((*row, checks.get((event[7], event[1])) if checks else None))
         events = np.array(rows, dtype=DTYPE) if rows else np.zeros(0, dtype=DTYPE)
         events = events[np.argsort(events["start"], kind="stable")]
         events["msg"] = match_messages(events)

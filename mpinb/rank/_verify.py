@@ -1,0 +1,131 @@
+"""What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
+:mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
+receives, and a nonblocking send's buffer changed before the send completed.
+
+Off, this costs each Python-traced call one test of :data:`on`. On, the C tracer's methods give
+way to the Python ones for the run (they note nothing), and each note is keyed by its call's
+``start`` time and kind, which the trace keeps with the event.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from typing import Any
+
+from mpi4py import MPI
+
+from .._events import SEND
+from ._calls import call_site
+from ._requests import TRACED_CLASSES, TracedRequest
+
+on = False
+notes: list[tuple] = []  # (start, kind, check, *what): see ``typed`` and ``_VerifiedRequest``
+
+_UNTYPED = frozenset("Bbc")  # bytes: a receive into bytes takes whatever was sent, by design
+
+
+def start(classes, python_methods: dict) -> dict:
+    """Turn the notes on for one run; the twin classes' methods that were replaced (to restore)."""
+    global on
+    notes.clear()
+    on = True
+    replaced = {}
+    for cls in classes:
+        for name, method in python_methods.items():
+            current = cls.__dict__.get(name)
+            if current is not None and current is not method:
+                replaced[(cls, name)] = current
+                setattr(cls, name, method)
+    return replaced
+
+
+def stop(replaced: dict) -> list[tuple]:
+    """Turn the notes off and put the C methods back; the run's notes."""
+    global on
+    on = False
+    for (cls, name), method in replaced.items():
+        setattr(cls, name, method)
+    taken = list(notes)
+    notes.clear()
+    return taken
+
+
+def typecode(spec) -> str:
+    """The element type of an mpi4py buffer spec as a one-character code (``"d"``, ``"i"``), or
+    ``""`` where it is not one basic type (derived datatypes, bytes, objects without a format)."""
+    if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
+        return ""
+    if isinstance(spec, (list, tuple)):
+        if not spec:
+            return ""
+        datatype = next((item for item in spec[1:] if isinstance(item, MPI.Datatype)), None)
+        if datatype is not None:
+            try:
+                code = datatype.tocode()
+            except (ValueError, MPI.Exception):
+                return ""
+            return "" if code in _UNTYPED else code
+        spec = spec[0]
+    try:
+        code = memoryview(spec).format.lstrip("@=<>!")
+    except (TypeError, ValueError):
+        return ""
+    return "" if len(code) != 1 or code in _UNTYPED else code
+
+
+def typed(start: float, kind: int, spec) -> None:
+    """Note the element type of the buffer of the call that began at ``start``."""
+    code = typecode(spec)
+    if code:
+        notes.append((start, kind, "type", code))
+
+
+def _digest(spec) -> tuple[memoryview, int] | None:
+    if isinstance(spec, (list, tuple)):
+        spec = spec[0] if spec else None
+    try:
+        view = memoryview(spec).cast("B")
+    except (TypeError, ValueError):
+        return None
+    return view, zlib.crc32(view)
+
+
+def posted_send(request: Any, spec: object, start: float) -> None:
+    """A nonblocking send's request: checked, when it completes, for a buffer changed meanwhile."""
+    digest = _digest(spec)
+    if digest is None or type(request) is not TracedRequest:
+        return
+    request.__class__ = _VerifiedRequest
+    vars(request)["_mpinb_sent"] = (*digest, start)
+
+
+class _VerifiedRequest(TracedRequest):
+    """A nonblocking send's request whose buffer is compared, at completion, with what was posted."""
+
+    _mpinb_plain = TracedRequest._mpinb_plain
+
+    def _done(self, status) -> None:
+        sent = self.__dict__.pop("_mpinb_sent", None)
+        if sent is not None and getattr(self, "_event", None) is not None:
+            view, digest, begun = sent
+            if zlib.crc32(view) != digest:
+                notes.append((begun, SEND, "touched", *_user_site()))
+        super()._done(status)
+
+
+_VerifiedRequest.__name__ = _VerifiedRequest.__qualname__ = TracedRequest.__name__
+TRACED_CLASSES.add(_VerifiedRequest)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_site() -> tuple[str, int]:
+    """The user's line that completed the request: the first frame outside mpinb."""
+    depth = 3
+    while True:
+        file, line = call_site(depth)
+        if not file.startswith(_PACKAGE):
+            return file, line
+        depth += 1

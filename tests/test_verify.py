@@ -1,0 +1,241 @@
+"""``verify``: MPI correctness checks beyond the cheap ones. One known-answer program per check
+(found, with its ranks and lines) and its correct twin (nothing found), on a real pool; the
+checks change nothing the code computes, and the C tracer is back after a verified run."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+import mpinb
+from mpinb._events import COLLECTIVE, RECV, SEND, WAIT
+from mpinb.trace import Trace
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _checks(result) -> list[tuple[str, int, int]]:
+    return [(f.check, f.rank, f.line) for f in result.findings]
+
+
+UNSAFE_RING = """\
+a = np.full(4, rank, dtype='d'); b = np.empty(4)
+comm.Send(a, dest=(rank + 1) % size, tag=1)
+comm.Recv(b, source=(rank - 1) % size, tag=1)
+b[0]
+"""
+
+SAFE_RINGS = """\
+a = np.full(4, rank, dtype='d'); b = np.empty(4)
+right, left = (rank + 1) % size, (rank - 1) % size
+comm.Sendrecv(a, right, 1, b, left, 1)
+req = comm.Isend(a, dest=right, tag=2); comm.Recv(b, source=left, tag=2); req.Wait()
+reqs = [comm.Irecv(b, source=left, tag=3), comm.Isend(a, dest=right, tag=3)]
+MPI.Request.Waitall(reqs)
+if size > 1:
+    if rank % 2 == 0:
+        comm.Send(a, dest=right, tag=4); comm.Recv(b, source=left, tag=4)
+    else:
+        comm.Recv(b, source=left, tag=4); comm.Send(a, dest=right, tag=4)
+got = comm.sendrecv(rank, dest=right, source=left)
+total = comm.allreduce(rank); comm.Barrier()
+(b[0], got, total)
+"""
+
+
+def test_a_ring_that_relies_on_buffering_is_found_with_its_line(pool4):
+    verified = pool4.run(UNSAFE_RING, verify=True)
+    assert _checks(verified) == [("buffering", 0, 2)]
+    text = str(verified.findings[0])
+    assert text.startswith("Send at line 2 on ranks 0-3: this exchange finishes only because MPI buffered")
+    assert "deadlock" in text and "sendrecv" in text
+    plain = pool4.run(UNSAFE_RING)
+    assert plain.findings == [], "the check runs only with verify"
+    assert verified.value == plain.value == {r: (r - 1) % 4 for r in range(4)}, "verify changes no result"
+
+
+def test_the_same_ring_of_pickles_is_found_too(pool4):
+    cell = "comm.send(rank, dest=(rank + 1) % size)\ncomm.recv(source=(rank - 1) % size)"
+    assert _checks(pool4.run(cell, verify=True)) == [("buffering", 0, 1)]
+
+
+def test_safe_exchanges_are_not_findings(any_pool):
+    result = any_pool.run(SAFE_RINGS, verify=True)
+    assert result.findings == []
+    assert result.trace.verified
+    size = any_pool.size
+    assert result.value[0] == (float(size - 1), size - 1, size * (size - 1) // 2)
+
+
+def test_a_collective_that_one_rank_reaches_after_a_receive_is_found(pool4):
+    cell = textwrap.dedent("""\
+        a = np.zeros(2)
+        if rank == 0:
+            comm.Bcast(a, root=0); comm.Send(a, dest=1)
+        elif rank == 1:
+            comm.Recv(a, source=0); comm.Bcast(a, root=0)
+        else:
+            comm.Bcast(a, root=0)
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("buffering", 0, 3)]
+    assert str(result.findings[0]).startswith(
+        "Bcast at line 3 on rank 0, Recv at line 5 on rank 1, Bcast at line 7 on ranks 2-3: "
+        "this run finishes only because MPI let a collective end before every rank joined it")
+    twin = cell.replace("comm.Recv(a, source=0); comm.Bcast(a, root=0)",
+                        "comm.Bcast(a, root=0); comm.Recv(a, source=0)")
+    assert pool4.run(twin, verify=True).findings == []
+
+
+@pytest.mark.parametrize("receive", ["got = np.empty(8, dtype=np.int32)", "got = [np.empty(8, dtype='i'), MPI.INT]"])
+def test_doubles_received_as_ints_are_found_with_both_lines(pool4, receive):
+    cell = textwrap.dedent(f"""\
+        if rank == 0:
+            comm.Send(np.arange(4.0), dest=1, tag=5)
+        elif rank == 1:
+            {receive}
+            comm.Recv(got, source=0, tag=5)
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("type-mismatch", 1, 5)]
+    assert str(result.findings[0]) == (
+        "rank 1: Recv at line 5 received float64 values (sent by Send at line 2 on rank 0) into a buffer of "
+        "int32 values: MPI copies the bytes, so the values read are wrong. Receive into a buffer of the sender's "
+        "type (np.empty(n, dtype=np.float64)), or send int32.")
+
+
+def test_matching_types_and_byte_buffers_are_not_findings(pool4):
+    cell = textwrap.dedent("""\
+        right, left = (rank + 1) % size, (rank - 1) % size
+        a, b = np.arange(4, dtype=np.int32), np.empty(4, dtype=np.uint32)
+        comm.Sendrecv(a, right, 0, b, left, 0)
+        raw = bytearray(32)
+        req = comm.Irecv(raw, source=left, tag=1)
+        comm.Send(np.arange(4.0), dest=right, tag=1)
+        req.Wait()
+        int(b.sum())
+        """)
+    result = pool4.run(cell, verify=True)
+    assert result.findings == []
+    assert result.value == {r: 6 for r in range(4)}
+
+
+def test_a_send_buffer_changed_before_its_wait_is_found(pool4):
+    cell = textwrap.dedent("""\
+        a = np.zeros(4)
+        if rank == 0:
+            req = comm.Isend(a, dest=1)
+            a[:] = 7
+            req.Wait()
+        elif rank == 1:
+            comm.Recv(a, source=0)
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("buffer-touched", 0, 3)]
+    assert str(result.findings[0]).startswith(
+        "rank 0: the buffer of Isend at line 3 changed before the send completed (seen when line 5 completed it)")
+    twin = cell.replace("    a[:] = 7\n    req.Wait()", "    req.Wait()\n    a[:] = 7")
+    assert pool4.run(twin, verify=True).findings == []
+
+
+def test_a_verified_run_gives_the_c_tracer_back(pool4):
+    if pool4.tracer != "C":
+        pytest.skip(f"the C tracer is not in use: {pool4.tracer}")
+    probe = "type(type(comm).__dict__['Send']).__name__"
+    in_c = pool4.run(probe).value[0]
+    assert pool4.run(probe, verify=True).value[0] == "function", "a verified run takes the Python methods"
+    assert pool4.run(probe).value[0] == in_c != "function"
+
+
+def test_verify_needs_tracing_and_a_flag():
+    pool = mpinb.Pool(2)  # (never started: the arguments are checked first)
+    with pytest.raises(ValueError, match="verify=True checks the MPI calls that tracing records"):
+        pool._limits(False, None, True)
+    with pytest.raises(TypeError, match="verify must be True or False, not 'yes'"):
+        mpinb.Pool(2, verify="yes")
+    with pytest.raises(TypeError, match="verify must be True or False"):
+        pool._limits(True, None, 1)
+    pool.verify = True  # a verifying pool runs what is asked untraced untraced, unverified
+    assert pool._limits(False, None, None)["verify"] is False
+    assert pool._limits(True, None, None)["verify"] is True
+
+
+def test_mpinb_verify_sets_the_default(monkeypatch):
+    monkeypatch.setenv("MPINB_VERIFY", "1")
+    assert mpinb.Pool(2).verify is True
+    monkeypatch.setenv("MPINB_VERIFY", "maybe")
+    with pytest.raises(ValueError, match="MPINB_VERIFY='maybe': set it to 1"):
+        mpinb.Pool(2)
+    monkeypatch.delenv("MPINB_VERIFY")
+    assert mpinb.Pool(2, verify=True).options()["verify"] is True
+    assert mpinb.Pool(2).verify is False
+
+
+def test_the_magics_take_verify_and_show_what_was_found(ip, capsys):
+    ip.run_cell_magic("mpi", "--verify --view none", UNSAFE_RING)
+    shown = capsys.readouterr().out
+    assert "MPI correctness: this run works only by accident (1):" in shown
+    assert "Send at line 3 on ranks 0-3" in shown  # the %%mpi line counts as line 1
+    ip.run_cell_magic("mpi", "--verify --view none", "comm.Barrier()")
+    assert "MPI correctness (--verify): nothing found in 4 MPI calls." in capsys.readouterr().out
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="--verify checks the MPI calls that tracing records"):
+        ip.run_cell_magic("mpi", "--verify --no-trace", "pass")
+
+
+def test_a_script_run_with_verify_is_checked(ip, tmp_path, capsys):
+    script = tmp_path / "ring.py"
+    script.write_text("from mpi4py import MPI\nimport numpy as np\ncomm = MPI.COMM_WORLD\n"
+                      "rank, size = comm.Get_rank(), comm.Get_size()\n" + UNSAFE_RING)
+    ip.run_line_magic("mpi", f"run --verify --view none {script}")
+    assert "Send at line 6 on ranks 0-3: this exchange finishes only because" in capsys.readouterr().out
+
+
+# -- the replay, on traces made by hand ----------------------------------------------------------
+
+def _event(op, kind, peer, tag, start, end, returned=None):
+    return (op, kind, "world", peer, tag, 8, 8, start, end, end if returned is None else returned,
+            "<mpi-cell-1>", int(start * 10))
+
+
+def _trace(events_by_rank) -> Trace:
+    size = len(events_by_rank)
+    return Trace({rank: {"events": events, "dropped": 0, "comms": {"world": list(range(size))}, "began": 0.0,
+                         "ended": 10.0, "offset": 0.0, "checks": []}
+                  for rank, events in events_by_rank.items()}, world_size=size)
+
+
+def test_the_replay_holds_a_send_until_its_receive_is_posted():
+    unsafe = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.1), _event("Recv", RECV, 1, 0, 1.2, 1.3)],
+                     1: [_event("Send", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)]})
+    assert [(f.check, f.rank, f.line) for f in unsafe.findings()] == [("buffering", 0, 10)]
+    # Isend, then Recv, then a Wait that saw the Isend complete: safe
+    safe = _trace({r: [_event("Isend", SEND, 1 - r, 0, 1.0, 1.25, returned=1.05),
+                       _event("Recv", RECV, 1 - r, 0, 1.1, 1.2), _event("Wait", WAIT, -1, -1, 1.22, 1.3)]
+                   for r in (0, 1)})
+    assert safe.findings() == []
+    # a buffered send needs no receive
+    bsend = _trace({0: [_event("Bsend", SEND, 1, 0, 1.0, 1.1), _event("Recv", RECV, 1, 0, 1.2, 1.3)],
+                    1: [_event("Bsend", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)]})
+    assert bsend.findings() == []
+    # a message whose receive was not traced holds nothing (no finding can be false)
+    unknown = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.1)], 1: []})
+    assert unknown.findings() == []
+    # a collective waits for every member
+    late = _trace({0: [_event("Bcast", COLLECTIVE, 0, -1, 1.0, 1.1), _event("Send", SEND, 1, 0, 1.2, 1.3)],
+                   1: [_event("Recv", RECV, 0, 0, 1.0, 1.3), _event("Bcast", COLLECTIVE, 0, -1, 1.4, 1.5)]})
+    assert [f.check for f in late.findings()] == ["buffering"]
+
+
+def test_a_run_without_verify_has_no_replay():
+    trace = _trace({0: [_event("Send", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)]})
+    assert trace.verified
+    assert [f.check for f in trace.findings()] == ["buffering"], "a send to oneself before its receive"
+    unverified = Trace({0: {"events": [_event("Send", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)],
+                            "dropped": 0, "comms": {"world": [0]}, "began": 0.0, "ended": 10.0, "offset": 0.0}},
+                       world_size=1)
+    assert not unverified.verified and unverified.findings() == []
+    assert np.all(unverified.events["checks"] == None)  # noqa: E711 - elementwise
