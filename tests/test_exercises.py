@@ -127,3 +127,21 @@ def test_verdicts_and_hints_follow_the_language(pool4):
     finally:
         mpinb.set_language(None)
     assert str(mpinb.check("exchange", pool=pool4)).startswith("✔ exchange: correct"), "English again"
+
+
+def test_an_answer_right_only_by_accident_is_not_yet_right(pool4):
+    # a scratch buffer reused while its Isend may still read it: right here (a small message is
+    # copied at once), wrong where MPI reads the buffer later
+    pool4.run(
+        "def halo_exchange(u):\n"
+        "    left, right = (rank - 1) % size, (rank + 1) % size\n"
+        "    scratch = np.array([u[1], u[-2]])\n"
+        "    requests = [comm.Irecv(u[0:1], source=left, tag=0), comm.Irecv(u[-1:], source=right, tag=1),\n"
+        "                comm.Isend(scratch[1:], dest=right, tag=0), comm.Isend(scratch[:1], dest=left, tag=1)]\n"
+        "    scratch[:] = 0\n"
+        "    MPI.Request.Waitall(requests)\n"
+        "    return u")
+    verdict = mpinb.check("halo_exchange", pool=pool4)
+    assert not verdict
+    assert "The answers are right, but only by accident: ranks 0-3: the buffer of Isend at line 5 changed " \
+           "before the send completed (seen when line 7 completed it)" in str(verdict), str(verdict)

@@ -1,5 +1,7 @@
 """Grading the tutorials' exercises on the ranks: the answer on every rank, then the messages
-that produced it (from the trace), with a specific hint for what is wrong."""
+that produced it (from the trace), then MPI correctness (a verified run: a right answer that
+relies on buffering or reuses a buffer too early is not yet right), with a specific hint for
+what is wrong."""
 
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
 
 def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
     try:
-        result = pool.run(spec.call, timeout=timeout, check=False)
+        result = pool.run(spec.call, timeout=timeout, check=False, verify=True)
     except MPIHangError as hang:
         return CheckResult(spec.name, False, [say(spec.hang_hint),
                                               say("what mpinb saw: {diagnosis}", diagnosis=hang.diagnosis.text())])
@@ -85,10 +87,13 @@ def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
         return CheckResult(spec.name, False, [say(
             "`{function}` raised {error} on ranks {ranks}.", function=spec.function, error=failure.headline(),
             ranks=_ranks(ranks))])
-    hints = spec.verify(result.value, size)
+    hints = [say(hint) for hint in spec.verify(result.value, size)]  # the plain sentences too
     if not hints and result.trace is not None:
-        hints = spec.pattern(result.trace, size)
-    return CheckResult(spec.name, not hints, [say(hint) for hint in hints])  # the plain sentences too
+        hints = [say(hint) for hint in spec.pattern(result.trace, size)]
+    if not hints and result.findings:
+        hints = [say("The answers are right, but only by accident: {finding}", finding=finding)
+                 for finding in result.findings]
+    return CheckResult(spec.name, not hints, hints)
 
 
 def _ranks(ranks: list[int]) -> str:
