@@ -4,6 +4,10 @@
 nbclient, a cell that raises fails the build); the copies it executed are checked here rather
 than running each tutorial a second time, as long as they are newer than the notebook and than
 every file of mpinb. Without a fresh copy (pytest run on its own), the tutorial runs here.
+
+Either way every run verifies (``MPINB_VERIFY=1``: ``make test`` builds the site so), and a
+correctness finding may show only under a cell tagged ``unsafe-on-purpose``, each of which must
+show one: the tutorials teach correct MPI except where they show a bug, and say so there.
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeyp
         if chinese:  # as JupyterLab starts its kernel: it names the notebook, whose folder sets the language
             monkeypatch.delenv("MPINB_LANGUAGE")
             monkeypatch.setenv("JPY_SESSION_NAME", os.path.relpath(path, ROOT))
+        monkeypatch.setenv("MPINB_VERIFY", "1")
         execute(nb, str(tmp_path))
+    assert_findings_only_on_purpose(nb)
     # Each exercise's stub is not written yet: its check says so, in the notebook's language.
     checks = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("mpinb.check(")]
     said = [o.get("data", {}).get("text/plain", "") for c in checks for o in c.get("outputs", [])]
@@ -68,6 +74,22 @@ def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeyp
     assert not wait_until_gone(10, existing_pools), "the notebook's pool must be gone once its kernel has shut down"
     if os.path.basename(path).startswith("00-"):
         assert_readable_without_widgets(nb)
+
+
+ON_PURPOSE = "unsafe-on-purpose"
+
+
+def assert_findings_only_on_purpose(nb: nbformat.NotebookNode) -> None:
+    """Correctness findings under the cells tagged ``unsafe-on-purpose`` and nowhere else."""
+    shown, tagged = [], []
+    for number, cell in enumerate(nb.cells, 1):
+        if ON_PURPOSE in cell.get("metadata", {}).get("tags", []):
+            tagged.append(number)
+        if any('class="mpinb-findings"' in str(out.get("data", {}).get("text/html", ""))
+               for out in cell.get("outputs", [])):
+            shown.append(number)
+    assert shown == tagged, (f"findings under cells {shown}, tagged {ON_PURPOSE} {tagged}: "
+                             "make the example correct, or tag the cell that shows a bug on purpose")
 
 
 def executed_by_the_docs_build(path: str) -> str | None:
