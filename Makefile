@@ -13,14 +13,15 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # What `make test` also runs on Open MPI: the pool, scripts, hangs and aborts, deaths, the
 # debugger, traces, pools on Slurm and across hosts (started by Slurm and by mpiexec),
-# what keeps a pool private on a shared host, faults injected at random moments, and mpi4py's own
+# what keeps a pool private on a shared host, faults injected at random moments, the
+# correctness checks of --verify, and mpi4py's own
 # test suite, traced (fidelity: Open MPI's reductions are where tracing once differed; the untraced
 # pass, mpi4py's own objects in a pool, runs on the first MPI).
 # (The magics and the MPI kernel drive the pool the same way on every MPI: they run on the first.)
 CORE_TESTS := tests/test_lifecycle.py tests/test_pool.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
 	tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
-	tests/test_security.py tests/test_faults.py tests/test_mpi4py_suite.py
+	tests/test_security.py tests/test_faults.py tests/test_verify.py tests/test_mpi4py_suite.py
 # What `make test` also runs on Intel MPI: the pool, scripts, hangs and aborts, deaths, traces
 # (its reductions too combine values in another order when nonblocking: the bits are checked),
 # and mpi4py's suite, traced.
@@ -84,10 +85,12 @@ docs: install
 # The whole suite on the chosen MPI (the site first: a browser test reads it); on MPICH (the
 # default) also the core tests on Open MPI. A failing stage does not stop the ones after it (one
 # failure stays one failure in CI's log); the run fails at the end, naming each failed stage.
+# The site's tutorials run verified (MPINB_VERIFY=1): tests/test_notebooks.py then checks that
+# correctness findings show only where a tutorial shows a bug on purpose.
 OTHER_MPIS := $(if $(filter mpich,$(MPI)),openmpi impi,)
 test: install system lint
 	@failed=""; \
-	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
 	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-40} $(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
 	for other in $(OTHER_MPIS); do \
 	  if [ $$other = impi ]; then only="CORE_TESTS=$(IMPI_TESTS)"; else only="CORE_TESTS=$(CORE_TESTS)"; fi; \
