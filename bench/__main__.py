@@ -31,6 +31,7 @@ from .peer import stop_ipyparallel
 from .progress import progress_rows
 from .render import first_paint, record_trace, view_build_ms
 from .scale import data_rows, scale_rows
+from .verify import verify_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join(HERE, "mpi_kernels.py")
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="pool starts per tool (default 5)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--only", choices=["mpi", "tracing", "output", "scale", "data", "control", "progress",
-                                           "recovery", "first-cell", "death"],
+                                           "recovery", "first-cell", "death", "verify"],
                         help="run only these rows")
     args = parser.parse_args(argv)
     n = args.n
@@ -232,13 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = {"mpi": lambda: mpi_rows(n, args.repeats), "tracing": tracing_cost, "output": output_rows,
                 "scale": scale_rows, "data": data_rows, "control": control_rows,
                 "progress": progress_rows, "recovery": lambda: recovery_rows(n),
-                "first-cell": lambda: first_cell_rows(n), "death": lambda: death_rows(n)}[args.only]()
+                "first-cell": lambda: first_cell_rows(n), "death": lambda: death_rows(n),
+                "verify": verify_rows}[args.only]()
         _report(rows, args.json, yardsticks)
         return 0
 
     rows = mpi_rows(n, args.repeats)
     rows += first_cell_rows(n)
     rows += tracing_cost()
+    rows += verify_rows()
     rows += output_rows()
     rows += scale_rows()
     rows += data_rows()
