@@ -261,7 +261,7 @@ def _many(name: str, requests, where):
     """Describe a wait on several requests by the first one still pending."""
     def describe() -> WaitState:
         for request in requests:
-            if type(request) in TRACED_CLASSES and request._what is not None and request:
+            if id(type(request)) in TRACED_CLASSES and request._what is not None and request:
                 state = request._describe(where)
                 state["op"] = f"{name} ({state['op']})"
                 return state
@@ -269,9 +269,10 @@ def _many(name: str, requests, where):
     return describe
 
 
-# The classes of requests that traced calls made (``_verify`` adds its own): a plain request in a
-# list of them (an untraced call's) has no event to complete.
-TRACED_CLASSES = {TracedRequest}
+# The classes of requests that traced calls made (``_verify`` adds its own), by identity: a plain
+# request in a list of them (an untraced call's) has no event to complete, and a twin class
+# equals (and hashes as) mpi4py's own, so only ``id`` tells them apart in a set.
+TRACED_CLASSES = {id(TracedRequest)}
 
 
 def _statuses_for(requests, statuses):
@@ -286,7 +287,7 @@ def _done_all(requests, statuses) -> None:
     """Fill in the events of the traced requests of a completed Waitall/Testall."""
     if _rec.on:
         for index, request in enumerate(requests):
-            if type(request) in TRACED_CLASSES:
+            if id(type(request)) in TRACED_CLASSES:
                 request._done(_status_at(statuses, index))
 
 
@@ -298,7 +299,7 @@ _UNKNOWN_STATUS = MPI.Status()  # source and tag ANY, count 0: what an ignored s
 
 
 def _done_at(requests, index, status) -> None:
-    if _rec.on and index is not None and index >= 0 and type(requests[index]) in TRACED_CLASSES:
+    if _rec.on and index is not None and index >= 0 and id(type(requests[index])) in TRACED_CLASSES:
         requests[index]._done(status if status is not None else _UNKNOWN_STATUS)
 
 

@@ -115,7 +115,7 @@ class _VerifiedRequest(TracedRequest):
 
 
 _VerifiedRequest.__name__ = _VerifiedRequest.__qualname__ = TracedRequest.__name__
-TRACED_CLASSES.add(_VerifiedRequest)
+TRACED_CLASSES.add(id(_VerifiedRequest))
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
