@@ -17,6 +17,9 @@ DERIVING_CALLS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Creat
 LOCAL_DERIVING_CALLS = ("Create_group",)  # collective over the new group only, not the parent
 CART_DERIVING_CALLS = (*DERIVING_CALLS, "Sub")
 KIND_NAMES = ("send", "recv", "collective", "wait", "probe")
+# MPI's predefined reduction operations, as a verified run numbers them (see rank/_collectives.signature)
+REDUCTION_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC",
+                 "REPLACE", "NO_OP")
 
 FIELDS = (
     "op",        # mpi4py method name: "send", "Recv", "allreduce", "Wait", ...

@@ -352,6 +352,14 @@ ZH: dict[str, str] = {
         "中断到来时数据传输已经结束：push 或 scatter 已在每个 rank 上完成",
     # -- correctness checks of --verify runs
     "The answers are right, but only by accident: {finding}": "答案是对的，但只是碰巧对：{finding}",
+    "{size} bytes": "{size} 字节",
+    "with {op}": "使用 {op}",
+    "{who} gave {way}": "{who} 给出 {way}",
+    "{op} at line {line}: {gave}. MPI requires the same amount of data and the same operation on every "
+    "rank and does not check it: the result is wrong or the run hangs on another MPI. Give every rank "
+    "the same count, type and op.":
+        "第 {line} 行的 {op}：{gave}。MPI 要求每个 rank 给出相同的数据量和相同的运算，但它不检查："
+        "结果会出错，或者换一个 MPI 就会挂住。请让每个 rank 使用相同的个数、类型和运算。",
     "MPI correctness (--verify): nothing found in {calls} MPI calls.":
         "MPI 正确性检查（--verify）：在 {calls} 次 MPI 调用中没有发现问题。",
     "{op} at line {line} on {who}": "{who} 第 {line} 行的 {op}",

@@ -140,6 +140,44 @@ def test_a_send_buffer_changed_before_its_wait_is_found(pool4):
     assert pool4.run(twin, verify=True).findings == []
 
 
+def test_a_reduction_whose_ranks_give_different_ops_is_named(pool4):
+    cell = "op = MPI.MAX if rank == 2 else MPI.SUM\nx = np.empty(4)\ncomm.Allreduce(np.ones(4), x, op=op)"
+    if pool4.run("MPI.get_vendor()[0]").value[0] == "MPICH":
+        # a polled reduction does not wait for the others: its members' ops are compared afterwards
+        result = pool4.run(cell, verify=True)
+        assert _checks(result) == [("collective-mismatch", 0, 3)]
+        assert str(result.findings[0]).startswith(
+            "Allreduce at line 3: ranks 0-1, 3 gave 32 bytes with SUM; rank 2 gave 32 bytes with MAX. MPI requires "
+            "the same amount of data and the same operation on every rank and does not check it")
+    else:  # Open MPI's traced reductions agree first: the ops too, before MPI combines anything
+        with pytest.raises(mpinb.RankError, match="ranks 0, 1, 3 called Allreduce of 32 bytes with SUM; "
+                                                  "rank 2 called Allreduce of 32 bytes with MAX"):
+            pool4.run(cell, verify=True)
+    assert pool4.run(cell).findings == [], "only a verified run compares"
+
+
+def test_a_pickled_reduction_with_different_ops_stops_before_it_runs(pool4):
+    with pytest.raises(mpinb.RankError) as raised:
+        pool4.run("comm.allreduce(rank, op=MPI.MIN if rank == 0 else MPI.MAX)", verify=True)
+    assert "rank 0 called allreduce with MIN; ranks 1, 2, 3 called allreduce with MAX" in str(raised.value)
+    assert "with the same root, the same amount of data, the same operation" in str(raised.value)
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}, "the pool goes on"
+
+
+def test_collectives_that_agree_where_it_is_known_pass(pool4):
+    cell = textwrap.dedent("""\
+        whole = np.zeros(8)
+        buf = [whole, 4, MPI.DOUBLE] if rank == 0 else np.zeros(4)   # a spec: its bytes are not compared
+        comm.Bcast(buf, root=0)
+        total = np.full(2, 1.0)
+        comm.Allreduce(MPI.IN_PLACE if rank == 1 else np.ones(2), total)
+        comm.allreduce(rank, op=MPI.SUM), float(total[0])
+        """)
+    result = pool4.run(cell, verify=True)
+    assert result.value == {r: (6, 4.0) for r in range(4)}
+    assert result.findings == []
+
+
 def test_a_verified_run_gives_the_c_tracer_back(pool4):
     if pool4.tracer != "C":
         pytest.skip(f"the C tracer is not in use: {pool4.tracer}")
@@ -228,6 +266,20 @@ def test_the_replay_holds_a_send_until_its_receive_is_posted():
     late = _trace({0: [_event("Bcast", COLLECTIVE, 0, -1, 1.0, 1.1), _event("Send", SEND, 1, 0, 1.2, 1.3)],
                    1: [_event("Recv", RECV, 0, 0, 1.0, 1.3), _event("Bcast", COLLECTIVE, 0, -1, 1.4, 1.5)]})
     assert [f.check for f in late.findings()] == ["buffering"]
+
+
+def test_members_of_a_collective_that_gave_different_bytes_are_named():
+    def bcast(rank, size):
+        return {"events": [_event("Bcast", COLLECTIVE, 0, -1, 1.0, 1.1)], "dropped": 0,
+                "comms": {"world": [0, 1, 2]}, "began": 0.0, "ended": 10.0, "offset": 0.0,
+                "checks": [(1.0, COLLECTIVE, "signature", size, -1)]}
+    trace = Trace({0: bcast(0, 32), 1: bcast(1, 32), 2: bcast(2, 40)}, world_size=3)
+    assert [str(f) for f in trace.findings()] == [
+        "Bcast at line 10: ranks 0-1 gave 32 bytes; rank 2 gave 40 bytes. MPI requires the same amount of data "
+        "and the same operation on every rank and does not check it: the result is wrong or the run hangs on "
+        "another MPI. Give every rank the same count, type and op."]
+    unknown = Trace({0: bcast(0, 32), 1: bcast(1, -1), 2: bcast(2, 32)}, world_size=3)
+    assert unknown.findings() == [], "what a rank could not tell is not compared"
 
 
 def test_a_run_without_verify_has_no_replay():

@@ -10,8 +10,8 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import CART_DERIVING_CALLS, COLLECTIVE
-from . import _objects
+from .._events import CART_DERIVING_CALLS, COLLECTIVE, REDUCTION_OPS
+from . import _objects, _verify
 from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, revoked
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
@@ -83,11 +83,12 @@ def set_epoch(generation: int) -> None:
     _epoch = generation
 
 
-def agree(comm, name: str, root: int, where) -> None:
+def agree(comm, name: str, root: int, where, detail: tuple[int, ...] = ()) -> None:
     """Every member learns that every other is in the same collective (same root), or a
     mismatch raises on all of them: before each lowercase collective, barrier and call that
     makes a communicator. Once it returns, no member waits for one that never comes, so the
-    agreement is also all that a barrier needs.
+    agreement is also all that a barrier needs. ``detail`` (a verified run's, on every member:
+    see ``signature``) is compared too, where both members know it (``-1``: not known).
 
     A dissemination over tagged, polled messages on the shadow (round k: to rank + 2**k, from
     rank - 2**k), each saying the sender's call and whether it has seen another: after
@@ -101,7 +102,7 @@ def agree(comm, name: str, root: int, where) -> None:
     shadow, tag = _shadow(comm), _next_tag(comm)
     rank = shadow.Get_rank()
     describe = describer(comm, name, "collective", None, -1, 0, where, None if root < 0 else root)
-    mine = array("i", [agreed_code(name), root, 0])
+    mine = array("i", [agreed_code(name), root, 0, *detail])
     heard = array("i", mine)
     distance = 1
     while distance < size:
@@ -113,11 +114,54 @@ def agree(comm, name: str, root: int, where) -> None:
             _abandon(pair[0], cancel=True)
             _abandon(pair[1])
             raise
-        if heard[2] or heard[:2] != mine[:2]:
+        if heard[2] or heard[:2] != mine[:2] or _differ(heard[3:], mine[3:]):
             mine[2] = 1  # (the round's send is complete)
         distance *= 2
     if mine[2]:  # every member knows: all of them say who called what
-        raise disagreed(comm, name, root, where[0], where[1], mine[0])
+        raise disagreed(comm, name, root, where[0], where[1], mine[0], detail)
+
+
+def _differ(theirs, mine) -> bool:
+    return any(a != b and a >= 0 and b >= 0 for a, b in zip(theirs, mine))
+
+
+# What MPI requires alike of every member of a collective but cannot check itself (a mismatch
+# hangs, truncates or silently combines wrong values): the bytes each member contributes, and the
+# reduction operation. A verified run's collectives that agree anyway (lowercase ones, Open MPI's
+# reductions) agree on these too; the others (polled, not synchronizing) note them, for the trace
+# to compare (``mpinb.trace._findings``). Where it is not known (a [buffer, count, type] spec,
+# IN_PLACE at a root, a user-defined op), -1 compares equal to anything.
+_PREDEFINED_OPS = tuple(getattr(MPI, name) for name in REDUCTION_OPS)
+_OP_AT = {"Reduce": 2, "Allreduce": 2, "Scan": 2, "Exscan": 2, "Reduce_scatter_block": 2, "Reduce_scatter": 3,
+          "reduce": 1, "allreduce": 1, "scan": 1, "exscan": 1}
+# where the bytes every member contributes alike are: the send buffer (IN_PLACE: the receive buffer)
+_BYTES_FROM = {"Bcast": "buf", "Allreduce": "send", "Scan": "send", "Exscan": "send", "Reduce": "send",
+               "Reduce_scatter_block": "send", "Allgather": "send", "Alltoall": "send", "Gather": "send",
+               "Scatter": "recv"}
+_INT_MAX = 2**31 - 1
+
+
+def signature(name: str, args: tuple, kwargs: dict) -> tuple[int, int]:
+    """(bytes this member contributes, index of the reduction op + 1): -1 where not known."""
+    at = _OP_AT.get(name)
+    op = -1
+    if at is not None:
+        given = arg(args, kwargs, at, "op", MPI.SUM)
+        op = next((i for i, known in enumerate(_PREDEFINED_OPS) if given is known or
+                   (isinstance(given, MPI.Op) and given == known)), -1)
+    where = _BYTES_FROM.get(name)
+    if where is None:
+        return -1, op
+    if where == "buf":
+        spec = arg(args, kwargs, 0, "buf")
+    else:
+        send, receive = arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")
+        spec = send if where == "send" else receive
+        if spec is MPI.IN_PLACE or spec is None:
+            return -1, op
+    if spec is None or isinstance(spec, (list, tuple)) or spec is MPI.BOTTOM or spec is MPI.IN_PLACE:
+        return -1, op
+    return min(nbytes(spec), _INT_MAX), op
 
 
 def rehearse(comm, blocking, *args, **kwargs) -> None:
@@ -197,29 +241,36 @@ def agreed_code(name: str) -> int:
     return _AGREED_CALLS.index(_AGREED_AS.get(name, name))
 
 
-def disagreed(comm, name: str, root: int, file: str, line: int, code: int) -> RuntimeError:
+def disagreed(comm, name: str, root: int, file: str, line: int, code: int,
+              detail: tuple[int, ...] = ()) -> RuntimeError:
     """After an agreement that found a difference (every member knows): all of them say who
     called what, and each gets the error that names it."""
     with _exchange(comm, name, (file, line), root) as exchange:
-        records = _objects.allgather_bytes(exchange, array("i", [code, root]).tobytes())
+        records = _objects.allgather_bytes(exchange, array("i", [code, root, *detail]).tobytes())
     calls = [array("i", record) for record in records]
-    return _mismatched(comm, [(_AGREED_CALLS[op], op_root) for op, op_root in calls])
+    return _mismatched(comm, [(_AGREED_CALLS[call[0]], call[1], tuple(call[2:])) for call in calls])
 
 
 _AGREED_AS = {"Barrier": "barrier"}  # the same MPI call under two names
 
 
-def _mismatched(comm, calls: list[tuple[str, int]]) -> RuntimeError:
-    """The error for members that called different collectives: ``calls[r]`` is member r's (name, root)."""
+def _mismatched(comm, calls: list[tuple[str, int, tuple[int, ...]]]) -> RuntimeError:
+    """The error for members that called different collectives: ``calls[r]`` is member r's (name,
+    root, detail), the detail a verified run's (see ``signature``)."""
     groups: dict[str, list[int]] = {}
     members = _rec.comms.get(comm._mpinb_id) or list(range(len(calls)))
-    for r, (op, op_root) in enumerate(calls):
+    for r, (op, op_root, detail) in enumerate(calls):
         label = op + (f" (root {op_root})" if op_root >= 0 else "")
+        if detail:
+            size, reduction = detail
+            label += (f" of {size} bytes" if size >= 0 else "") + (f" with {REDUCTION_OPS[reduction]}"
+                                                                    if reduction >= 0 else "")
         groups.setdefault(label, []).append(members[r])
     said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
+    alike = ", the same amount of data, the same operation" if any(call[2] for call in calls) else ""
     return RuntimeError(
         f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
-        "communicator must call the same collectives, with the same root, in the same order."
+        f"communicator must call the same collectives, with the same root{alike}, in the same order."
     )
 
 
@@ -272,14 +323,16 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
             agree(self, name, root, where)
             result = None
         elif lowercase:
-            agree(self, name, root, where)
+            agree(self, name, root, where, signature(name, args, kwargs) if _verify.on else ())
             result, sent, received = pickled_collective(self, name, args, kwargs, where, root)
         elif blocking_after_agreement:
             if not revoked(self):
                 rehearse(self, base, *args, **kwargs)
-                agree(self, name, root, where)
+                agree(self, name, root, where, signature(name, args, kwargs) if _verify.on else ())
             result = base(self, *args, **kwargs)
         elif polled is not None:
+            if _verify.on:  # compared in the trace, afterwards: an agreement first would make it synchronizing
+                _verify.notes.append((start, COLLECTIVE, "signature", *signature(name, args, kwargs)))
             request = polled(self, *args, **kwargs)
             _poll_request(request, None, describer(self, name, "collective", None, -1, 0, where, root))
             result = None
@@ -319,11 +372,13 @@ _REVOCABLE = MPI.get_vendor()[0] == "Open MPI" and hasattr(MPI.Comm, "Revoke")
 
 _ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
-_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS))  # the same codes on every rank
 ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,
                 "Reduce_scatter_block": None, "Scan": None, "Exscan": None}
+# the same codes on every rank; the uppercase collectives agree in verified runs (see ``signature``)
+_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
+                 *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)))
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
     **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},

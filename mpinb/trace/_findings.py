@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._events import COLLECTIVE
+from .._events import COLLECTIVE, REDUCTION_OPS
 from .._language import language, say
 from .._ranges import format_ranks
-from ._arrays import message_halves
+from ._arrays import collective_groups, message_halves
 from ._synchronous import stalled
 
 if TYPE_CHECKING:
@@ -63,7 +63,40 @@ def findings(trace: Trace) -> list[Finding]:
             "(req.wait(), MPI.Request.Waitall) before the cell ends.",
             rank=int(event["rank"]), op=event["op"], line=int(event["line"]))))
     if trace.verified:
-        found += _buffering(trace) + _type_mismatches(events) + _touched(events)
+        found += (_collective_mismatches(events, trace.comms) + _buffering(trace) + _type_mismatches(events)
+                  + _touched(events))
+    return found
+
+
+def _collective_mismatches(events, comms: dict[str, list[int]]) -> list[Finding]:
+    """Collectives whose members gave different amounts of data or reduction ops (noted by a
+    verified run's polled collectives, which do not agree first: see ``rank/_collectives.signature``)."""
+    checks = events["checks"].tolist()
+    found = []
+    seen: set[tuple] = set()
+    for (comm, _), group in collective_groups(events).items():
+        noted = {i: next((what[1:] for what in checks[i] or () if what[0] == "signature"), None) for i in group}
+        signatures = {i: signature for i, signature in noted.items() if signature is not None}
+        if len(signatures) != len(group) or len(group) != len(comms.get(comm, ())) \
+                or len({str(events["op"][i]) for i in group}) != 1:
+            continue
+        differ = any(len({signature[field] for signature in signatures.values() if signature[field] >= 0}) > 1
+                     for field in (0, 1))
+        first = min(group, key=lambda i: int(events["rank"][i]))
+        key = (str(events["op"][first]), int(events["line"][first]))
+        if not differ or key in seen:
+            continue
+        seen.add(key)
+        ways: dict[str, list[int]] = {}
+        for i, (size, op) in sorted(signatures.items(), key=lambda item: int(events["rank"][item[0]])):
+            way = " ".join(filter(None, (say("{size} bytes", size=size) if size >= 0 else "",
+                                         say("with {op}", op=REDUCTION_OPS[op]) if op >= 0 else "")))
+            ways.setdefault(way or "?", []).append(int(events["rank"][i]))
+        gave = "; ".join(say("{who} gave {way}", who=_who(ranks), way=way) for way, ranks in ways.items())
+        found.append(_finding(events[first], "collective-mismatch", say(
+            "{op} at line {line}: {gave}. MPI requires the same amount of data and the same operation on every "
+            "rank and does not check it: the result is wrong or the run hangs on another MPI. Give every rank "
+            "the same count, type and op.", op=key[0], line=key[1], gave=gave)))
     return found
 
 
