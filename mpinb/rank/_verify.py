@@ -1,6 +1,7 @@
 """What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
 :mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
-receives, and a nonblocking send's buffer changed before the send completed.
+receives, a nonblocking send's buffer changed before the send completed, and the bytes and op
+each member of a polled collective gave (``_collectives.signature``).
 
 Off, this costs each Python-traced call one test of :data:`on`. On, the C tracer's methods give
 way to the Python ones for the run (they note nothing), and each note is keyed by its call's
@@ -20,7 +21,7 @@ from ._calls import call_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
 on = False
-notes: list[tuple] = []  # (start, kind, check, *what): see ``typed`` and ``_VerifiedRequest``
+notes: list[tuple] = []  # (start, kind, check, *what): see ``typed``, ``_VerifiedRequest``, ``_collectives``
 
 _UNTYPED = frozenset("Bbc")  # bytes: a receive into bytes takes whatever was sent, by design
 
