@@ -100,7 +100,7 @@ test: install system lint
 
 # The stress test takes 40 aborts on the first MPI and 24 on the second, every kind of abort
 # among them (`MPINB_STRESS_ABORTS=500 make test` or `python -m bench --only recovery` for more). The
-# whole of `make test` took 45.5 minutes on two cores (CI=true .ci/run on a clean clone, 2026-12-03).
+# whole of `make test` took 49 minutes on two cores (CI=true .ci/run on a clean clone, 2026-12-03).
 test-core: install
 	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-24} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
 	  $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
