@@ -3,6 +3,7 @@ polling, and the class identity of the twins (see :mod:`._traced` for the design
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from ._recorder import RECORDER as _rec
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # mpinb's own code
 PlainIntracomm = MPI.Intracomm
 PlainRequest = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
 NAN = float("nan")

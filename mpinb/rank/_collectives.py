@@ -134,15 +134,16 @@ def _differ(theirs, mine) -> bool:
 _PREDEFINED_OPS = tuple(getattr(MPI, name) for name in REDUCTION_OPS)
 _OP_AT = {"Reduce": 2, "Allreduce": 2, "Scan": 2, "Exscan": 2, "Reduce_scatter_block": 2, "Reduce_scatter": 3,
           "reduce": 1, "allreduce": 1, "scan": 1, "exscan": 1}
-# where the bytes every member contributes alike are: the send buffer (IN_PLACE: the receive buffer)
-_BYTES_FROM = {"Bcast": "buf", "Allreduce": "send", "Scan": "send", "Exscan": "send", "Reduce": "send",
-               "Reduce_scatter_block": "send", "Allgather": "send", "Alltoall": "send", "Gather": "send",
-               "Scatter": "recv"}
+# where the bytes every member contributes alike are: the send buffer (IN_PLACE: not known)
+_SEND, _RECEIVE = (0, "sendbuf"), (1, "recvbuf")
+_BYTES_FROM = {"Bcast": (0, "buf"), "Allreduce": _SEND, "Scan": _SEND, "Exscan": _SEND, "Reduce": _SEND,
+               "Reduce_scatter_block": _SEND, "Allgather": _SEND, "Alltoall": _SEND, "Gather": _SEND,
+               "Scatter": _RECEIVE}
 _INT_MAX = 2**31 - 1
 
 
 def signature(name: str, args: tuple, kwargs: dict) -> tuple[int, int]:
-    """(bytes this member contributes, index of the reduction op + 1): -1 where not known."""
+    """(bytes this member contributes, the reduction op's index in ``REDUCTION_OPS``): -1 where not known."""
     at = _OP_AT.get(name)
     op = -1
     if at is not None:
@@ -150,15 +151,7 @@ def signature(name: str, args: tuple, kwargs: dict) -> tuple[int, int]:
         op = next((i for i, known in enumerate(_PREDEFINED_OPS) if given is known or
                    (isinstance(given, MPI.Op) and given == known)), -1)
     where = _BYTES_FROM.get(name)
-    if where is None:
-        return -1, op
-    if where == "buf":
-        spec = arg(args, kwargs, 0, "buf")
-    else:
-        send, receive = arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")
-        spec = send if where == "send" else receive
-        if spec is MPI.IN_PLACE or spec is None:
-            return -1, op
+    spec = None if where is None else arg(args, kwargs, *where)
     if spec is None or isinstance(spec, (list, tuple)) or spec is MPI.BOTTOM or spec is MPI.IN_PLACE:
         return -1, op
     return min(nbytes(spec), _INT_MAX), op

@@ -26,6 +26,7 @@ from .. import _progress
 from .._protocol import Failure, Limits, Reply, failure, reply
 from .._values import pack
 from . import _debugger, _output, _waiting
+from ._calls import PACKAGE_DIR
 from ._output import capped_output
 from ._recorder import RECORDER
 from ._tracing import recording
@@ -80,7 +81,6 @@ def _ends_quietly(source: str) -> bool:
 
 
 _running_user_code = False
-_PACKAGE = os.path.dirname(_HERE) + os.sep  # mpinb's own code, on the ranks and shared
 _redelivery: threading.Timer | None = None
 REDELIVER_AFTER = 0.002
 
@@ -97,7 +97,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     _waiting.interrupts += 1
     if not _running_user_code:
         return
-    if frame is not None and frame.f_code.co_filename.startswith(_PACKAGE) and frame.f_code not in _waiting.safe_points:
+    code = frame.f_code if frame is not None else None
+    if code is not None and code.co_filename.startswith(PACKAGE_DIR) and code not in _waiting.safe_points:
         _deliver_again_soon()
         return
     raise KeyboardInterrupt

@@ -54,22 +54,24 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
         recording = rec.on
         start = _now()
         dest, tag = arg(args, kwargs, 1, "dest"), arg(args, kwargs, 2, "tag", 0)
+        buf = None  # (a buffer call's: for a verified run's notes)
         if lowercase:
             request, size = _post_object(self, post, arg(args, kwargs, 0, "obj"), dest, tag)
         else:
             request = post(self, *args, **kwargs)
-            size = nbytes(arg(args, kwargs, 0, "buf"))
+            buf = arg(args, kwargs, 0, "buf")
+            size = nbytes(buf)
         posted = _now()
         where = call_site()
-        if _verify.on and not lowercase:
-            _verify.typed(start, SEND, arg(args, kwargs, 0, "buf"))
+        if _verify.on and buf is not None:
+            _verify.typed(start, SEND, buf)
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, NAN, posted, *where]
             if recording:
                 rec.add(event)
             twin = TracedRequest._wrap(request, event, recording)
-            if _verify.on and not lowercase:
-                _verify.posted_send(twin, arg(args, kwargs, 0, "buf"), start)
+            if _verify.on and buf is not None:
+                _verify.posted_send(twin, buf, start)
             return twin
         if not request.Test():  # most small sends are done at once: nothing more to set up
             _poll_request(request, None, describer(self, name, "send", dest, tag, size, where))

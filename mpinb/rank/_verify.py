@@ -10,14 +10,13 @@ way to the Python ones for the run (they note nothing), and each note is keyed b
 
 from __future__ import annotations
 
-import os
 import zlib
 from typing import Any
 
 from mpi4py import MPI
 
 from .._events import SEND
-from ._calls import call_site
+from ._calls import PACKAGE_DIR, call_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
 on = False
@@ -119,14 +118,11 @@ _VerifiedRequest.__name__ = _VerifiedRequest.__qualname__ = TracedRequest.__name
 TRACED_CLASSES.add(id(_VerifiedRequest))
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
 def _user_site() -> tuple[str, int]:
     """The user's line that completed the request: the first frame outside mpinb."""
     depth = 3
     while True:
         file, line = call_site(depth)
-        if not file.startswith(_PACKAGE):
+        if not file.startswith(PACKAGE_DIR):
             return file, line
         depth += 1

@@ -25,8 +25,7 @@ import numpy as np
 from .._events import COLLECTIVE, REDUCTION_OPS
 from .._language import language, say
 from .._ranges import format_ranks
-from ._arrays import collective_groups, message_halves
-from ._synchronous import stalled
+from ._arrays import collective_groups
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -63,15 +62,15 @@ def findings(trace: Trace) -> list[Finding]:
             "(req.wait(), MPI.Request.Waitall) before the cell ends.",
             rank=int(event["rank"]), op=event["op"], line=int(event["line"]))))
     if trace.verified:
-        found += (_collective_mismatches(events, trace.comms) + _buffering(trace) + _type_mismatches(events)
-                  + _touched(events))
+        checks = events["checks"].tolist()
+        found += (_collective_mismatches(events, checks, trace.comms) + _buffering(trace)
+                  + _type_mismatches(events, checks, trace.message_halves()) + _touched(events, checks))
     return found
 
 
-def _collective_mismatches(events, comms: dict[str, list[int]]) -> list[Finding]:
+def _collective_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list[Finding]:
     """Collectives whose members gave different amounts of data or reduction ops (noted by a
     verified run's polled collectives, which do not agree first: see ``rank/_collectives.signature``)."""
-    checks = events["checks"].tolist()
     found = []
     seen: set[tuple] = set()
     for (comm, _), group in collective_groups(events).items():
@@ -115,7 +114,7 @@ def _calls_text(events, indices) -> str:
 
 def _buffering(trace: Trace) -> list[Finding]:
     events = trace.events
-    stuck = stalled(events, trace.comms)
+    stuck = trace.synchronous_stalls()
     if not stuck:
         return []
     calls = _calls_text(events, stuck)
@@ -135,11 +134,10 @@ def _buffering(trace: Trace) -> list[Finding]:
     return [_finding(events[stuck[0]], "buffering", text)]
 
 
-def _type_mismatches(events) -> list[Finding]:
-    checks = events["checks"].tolist()
+def _type_mismatches(events, checks: list, halves: dict[int, dict[str, int]]) -> list[Finding]:
     seen: dict[tuple, list[int]] = {}
     first: dict[tuple, tuple[int, int]] = {}
-    for pair in message_halves(events).values():
+    for pair in halves.values():
         send, recv = pair["send"], pair["recv"]
         sent, received = _typecode(checks[send]), _typecode(checks[recv])
         if not sent or not received or _compatible(sent, received):
@@ -179,11 +177,11 @@ def _type_name(code: str) -> str:
     return np.dtype(code).name
 
 
-def _touched(events) -> list[Finding]:
+def _touched(events, checks: list) -> list[Finding]:
     seen: dict[tuple, list[int]] = {}
     first: dict[tuple, int] = {}
-    for i in np.flatnonzero(events["checks"] != None):  # noqa: E711 - an elementwise test
-        for what in events["checks"][i]:
+    for i, noted in enumerate(checks):
+        for what in noted or ():
             if what[0] == "touched":
                 key = (str(events["op"][i]), int(events["line"][i]), int(what[2]))
                 seen.setdefault(key, []).append(int(events["rank"][i]))

@@ -24,7 +24,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from .._events import COLLECTIVE, LOCAL_DERIVING_CALLS, PROBE, RECV, SEND, WAIT
-from ._arrays import collective_groups, message_halves
+from ._arrays import collective_groups
 
 BUFFERED_SENDS = frozenset({"Bsend", "bsend", "Ibsend", "ibsend"})
 
@@ -34,9 +34,10 @@ def nonblocking(op: str) -> bool:
     return op[:1] in ("I", "i") and op[1:2] != "p" and op[1:3] != "mp"  # (Iprobe, Improbe: probes)
 
 
-def stalled(events: np.ndarray, comms: dict[str, list[int]]) -> list[int]:
+def stalled(events: np.ndarray, comms: dict[str, list[int]], halves: dict[int, dict[str, int]]) -> list[int]:
     """Indices of the calls at which ranks would wait forever if nothing were buffered, one per
-    rank left behind; empty if the run finishes that way too."""
+    rank left behind; empty if the run finishes that way too. ``halves``: the matched messages'
+    send and receive (``_arrays.message_halves``)."""
     ranks, kinds, ops = events["rank"].tolist(), events["kind"].tolist(), events["op"].tolist()
     starts = events["start"].tolist()
     steps: dict[int, list[list[int]]] = defaultdict(list)
@@ -49,7 +50,7 @@ def stalled(events: np.ndarray, comms: dict[str, list[int]]) -> list[int]:
             mine.append([i])
         step_of[i] = len(mine) - 1
     partner = [-1] * len(events)
-    for pair in message_halves(events).values():
+    for pair in halves.values():
         partner[pair["send"]], partner[pair["recv"]] = pair["recv"], pair["send"]
     members_of = _collectives_held(events, comms)
     completed_in = _completed_in_waits(events)

@@ -13,6 +13,7 @@ from ._chrome import chrome_trace
 from ._findings import Finding, findings
 from ._match import match_messages
 from ._path import CriticalPath, critical_path
+from ._synchronous import stalled
 from ._waits import Wait, waiting_per_rank, waits
 
 MATRIX_MEASURES = ("bytes", "messages", "time")
@@ -53,6 +54,8 @@ class Trace:
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
         self._path: CriticalPath | None = None
+        self._halves: dict[int, dict[str, int]] | None = None
+        self._stalls: list[int] | None = None
         self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
                      for r, data in per_rank.items()}
         rows = []
@@ -110,10 +113,23 @@ class Trace:
             self._messages = self._find_messages()
         return list(self._messages)
 
+    def message_halves(self) -> dict[int, dict[str, int]]:
+        """Per matched message id, the indices of its ``"send"`` and ``"recv"`` events (kept)."""
+        if self._halves is None:
+            self._halves = message_halves(self.events)
+        return self._halves
+
+    def synchronous_stalls(self) -> list[int]:
+        """The calls where ranks would wait forever if no send were buffered and no collective
+        ended early, one per rank (kept; see :mod:`._synchronous`)."""
+        if self._stalls is None:
+            self._stalls = stalled(self.events, self.comms, self.message_halves())
+        return self._stalls
+
     def _find_messages(self) -> list[dict]:
         events = self.events
         found = []
-        for msg, halves in message_halves(events).items():
+        for msg, halves in self.message_halves().items():
             send, recv = events[halves["send"]], events[halves["recv"]]
             found.append({
                 "msg": msg, "source": int(send["rank"]), "dest": int(recv["rank"]),
