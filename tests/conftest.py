@@ -223,3 +223,21 @@ def ip(pool4):
 def artifacts() -> str:
     os.makedirs(ARTIFACTS, exist_ok=True)
     return os.path.abspath(ARTIFACTS)
+
+
+_SECONDS_PER_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    file = report.nodeid.split("::", 1)[0]
+    _SECONDS_PER_FILE[file] = _SECONDS_PER_FILE.get(file, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Where the run's minutes went, a line per test file (setup, call and teardown): what to
+    look at first when `make test` grows past its budget."""
+    if not _SECONDS_PER_FILE:
+        return
+    terminalreporter.section("seconds per test file")
+    for file, seconds in sorted(_SECONDS_PER_FILE.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {file}")
