@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TUTORIALS = ("01-point-to-point", "03-nonblocking", "05-parallel-algorithms", "07-data-parallel")
 VERIFIED_SHARE = 2.0  # verified cells take at most this many times their traced time
 CHEAP_US = 0.2  # the checks every traced run makes, per call
+LOOK_SHARE = 0.01  # the end-of-run look for what a run left, at most this share of an empty run
 
 
 def _cell_seconds(path: str, verify: bool) -> float:
@@ -90,5 +91,27 @@ def findings_rows() -> list[tuple]:
     return rows
 
 
+def look_rows(ranks: int = 4, communicators: int = 20) -> list[tuple]:
+    """What every traced run pays on each rank when it ends, to find messages no receive took and
+    communicators dropped unfreed (``mpinb.rank._left.look``: a probe per live communicator),
+    against the time of an empty traced run as a user sees it."""
+    with mpinb.Pool(ranks) as pool:
+        pool.run(f"kept = [comm.Split(rank % 2) for _ in range({communicators})]")
+        timing = ("import time\nfrom mpinb.rank import _left, _tracing\nbegan = time.perf_counter()\n"
+                  "for _ in range(2000):\n    _left.look(_tracing.traced_world())\n"
+                  "(time.perf_counter() - began) / 2000 * 1e6")
+        per_look = max(pool.run(timing).value.values())
+        empty = []
+        for _ in range(30):
+            began = time.perf_counter()
+            pool.run("pass")
+            empty.append((time.perf_counter() - began) * 1e6)
+        pool.run("for c in kept:\n    c.Free()")
+    run = statistics.median(empty)
+    return [(f"end-of-run look for what a run left, {communicators + 1} communicators, per run, slowest rank (us)",
+             per_look, f"empty traced run: {run:.0f} us; target at most {LOOK_SHARE:.0%} of it",
+             LOOK_SHARE * run, LOOK_SHARE * run / per_look)]
+
+
 def verify_rows() -> list[tuple]:
-    return findings_rows() + tutorial_rows()
+    return findings_rows() + look_rows() + tutorial_rows()

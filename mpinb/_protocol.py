@@ -123,6 +123,7 @@ class Recording(TypedDict):
     ended: float
     offset: float
     checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
+    left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left)
 
 
 class Reply(TypedDict):

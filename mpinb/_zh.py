@@ -388,4 +388,22 @@ ZH: dict[str, str] = {
     "the request's Wait, or send a copy.":
         "{who}：第 {line} 行 {op} 的缓冲区在发送完成之前被修改了（第 {done} 行完成它时发现）：MPI 可能发送旧值、新值或"
         "两者的混合。请在请求的 Wait 之后再写这个缓冲区，或者发送一份副本。",
+    "{op} at line {line}": "第 {line} 行的 {op}",
+    "{op} at line {line} of an earlier cell": "之前某个单元格第 {line} 行的 {op}",
+    "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): MPI keeps it "
+    "until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a cell run again and again "
+    "runs out. Call Free() on it when it is no longer needed.":
+        "{who}：由{where}创建的通信域没有调用 Free() 就被丢弃了（本进程池中迄今共 {count} 个）："
+        "MPI 会一直保留它直到进程池停止，而它只能容纳几千个（MPICH：2048 个），"
+        "所以反复运行的单元格会把它们用尽。不再需要时请对它调用 Free()。",
+    "The next receive that matches it, perhaps in a later cell, takes it instead of the message it waits for: "
+    "receive every message that is sent (or do not send it).":
+        "下一个与之匹配的接收（也许在之后的单元格中）会取走它，而不是它真正等待的消息：每条发送的消息都要接收（否则就不要发送）。",
+    "rank {rank}: the message that {op} at line {line} on rank {source} sent (tag {tag}, {size} bytes) was never "
+    "received. {fix}":
+        "rank {rank}：rank {source} 上第 {line} 行的 {op} 发送的消息（tag {tag}，{size} 字节）从未被接收。{fix}",
+    "rank {rank}: a message from rank {source} (tag {tag}, {size} bytes, sent in an earlier cell) waits on "
+    "communicator {comm} and no receive took it. {fix}":
+        "rank {rank}：一条来自 rank {source} 的消息（tag {tag}，{size} 字节，在之前的单元格中发送）在通信域 {comm} "
+        "上等待，没有任何接收取走它。{fix}",
 }

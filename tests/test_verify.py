@@ -178,6 +178,62 @@ def test_collectives_that_agree_where_it_is_known_pass(pool4):
     assert result.findings == []
 
 
+# What a run leaves behind (cheap: every traced run looks, verified or not; see mpinb.rank._left).
+
+def test_a_message_that_no_receive_took_is_named_with_its_send(pool4):
+    cell = textwrap.dedent("""\
+        if rank == 0:
+            comm.send('stale', dest=size - 1, tag=5)
+        comm.Barrier()
+        """)
+    result = pool4.run(cell)
+    last = pool4.size - 1
+    assert _checks(result) == [("unreceived", 0, 2)]
+    text = str(result.findings[0])
+    assert text.startswith(f"rank {last}: the message that send at line 2 on rank 0 sent (tag 5, ")
+    assert "never received" in text and "a later cell" in text
+    # still waiting at the end of the next run, which did not send it: told as an earlier cell's
+    again = pool4.run("comm.Barrier()")
+    assert [str(f) for f in again.findings][0].startswith(
+        f"rank {last}: a message from rank 0 (tag 5, "), again.findings
+    assert "sent in an earlier cell) waits on communicator world" in str(again.findings[0])
+    taken = pool4.run(f"x = comm.recv(source=0, tag=5) if rank == {last} else None\nx")
+    assert taken.findings == [] and taken.value[last] == "stale"
+
+
+def test_messages_taken_by_forms_that_are_not_traced_are_not_findings(pool4):
+    cell = textwrap.dedent("""\
+        a = np.arange(3.0)
+        if rank == 0:
+            comm.send('by a matched probe', dest=size - 1, tag=6)
+            comm.Send(a, dest=size - 1, tag=7)
+        if rank == size - 1:
+            got = comm.mprobe(source=0, tag=6).recv()
+            b = np.empty(3); request = comm.Recv_init(b, source=0, tag=7); request.Start(); request.Wait()
+            request.Free()
+        comm.Barrier()
+        """)
+    assert pool4.run(cell).findings == []
+
+
+def test_a_communicator_dropped_without_free_is_named_with_the_call_that_made_it(pool4):
+    split = "sub = comm.Split(rank % 2)\nsub.allreduce(1)"
+    assert pool4.run(split).findings == [], "kept in the namespace: for later cells"
+    again = pool4.run(split)  # the first one is dropped: nothing can free it any more
+    assert _checks(again) == [("communicator-dropped", 0, 1)]
+    text = str(again.findings[0])
+    assert text.startswith("ranks 0-3: a communicator made by Split at line 1 of an earlier cell was dropped "
+                           "without Free() (")
+    assert "Call Free() on it" in text
+    in_one = pool4.run("d = comm.Dup()\nd.Barrier()\ndel d")
+    assert _checks(in_one) == [("communicator-dropped", 0, 1)]
+    assert "made by Dup at line 1 was dropped" in str(in_one.findings[0])
+    freed = pool4.run("sub.Free()\nd = comm.Dup(); copy = type(d).fromhandle(d.handle); del d\n"
+                      "s2 = comm.Split(0); s2.free()")
+    assert freed.findings == [], "freed, or held by another object that stands for it"
+    assert pool4.run("copy.Free(); del copy").findings == []
+
+
 def test_a_verified_run_gives_the_c_tracer_back(pool4):
     if pool4.tracer != "C":
         pytest.skip(f"the C tracer is not in use: {pool4.tracer}")

@@ -280,7 +280,8 @@ class Pool:
 
         With ``trace`` (the default) every MPI call the code makes is recorded into
         ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost. Each traced
-        run checks what is cheap to check of MPI correctness (requests never completed);
+        run checks what is cheap to check of MPI correctness (requests never completed, messages no
+        receive took, communicators dropped without ``Free``);
         ``verify`` (default: the pool's ``verify``) checks more, at some cost: exchanges that finish
         only because MPI buffered a message, messages received into a buffer of another type,
         buffers of nonblocking sends changed before the send completed. What the checks find is

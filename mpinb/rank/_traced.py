@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
-from . import _native
+from . import _left, _native
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named
 from ._collectives import COLLECTIVES, agree, rehearsal_of
 from ._p2p import P2P
@@ -70,7 +70,9 @@ def _derived(name: str, owner=PlainIntracomm):
         number = _children[key] = _children.get(key, -1) + 1
         cid = (f"{self._mpinb_id}.group{number}[{format_ranks(members)}]" if kind
                else f"{self._mpinb_id}.{number}@{members[0]}")
-        return traced(new, cid, members)
+        twin = traced(new, cid, members)
+        _left.made(twin, name, where)
+        return twin
 
     return named(method, base)
 
@@ -91,6 +93,8 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     twin: Any = comm if isinstance(comm, _TWINS) else twin_class(comm)  # it grows mpinb's attributes
     twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
     _id_of_handle[twin.handle] = twin._mpinb_id
+    if cid is None:
+        _left.also(twin)
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
         shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
@@ -194,6 +198,7 @@ class _TwinMixin(_MixedInto):
             rehearsal.Free()
         _id_of_handle.pop(self.handle, None)
         _rec.forget(self.__dict__.get("_mpinb_id"))
+        _left.freed(self.__dict__.get("_mpinb_id"))
 
     def __reduce__(self):
         if self._mpinb_is_world:

@@ -34,6 +34,11 @@ def install(namespace: dict) -> None:
     _use(namespace, traced_calls=True)
 
 
+def traced_world() -> Any:
+    """The world's twin (``MPI.COMM_WORLD`` while a traced run runs)."""
+    return _traced_world
+
+
 def housekeeping() -> MPI.Intracomm:
     """mpinb's own copy of the world (for its traffic between cells, such as spreading data)."""
     if _housekeeping is None:

@@ -9,9 +9,9 @@ changed before the send completed.
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
 
-Messages that no receive took are not told yet: a message received by a form mpinb does not trace
-(a matched probe's ``Message.recv``, a persistent ``Recv_init``) would look unreceived, and a
-finding must never be false.
+Also on in every traced run: what a run left behind (:mod:`mpinb.rank._left`): a message that
+arrived and that no receive took, found by MPI's own probe (a message received by a form mpinb
+does not trace is gone, so it is never told), and a communicator dropped without ``Free``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._events import COLLECTIVE, REDUCTION_OPS
+from .._events import COLLECTIVE, REDUCTION_OPS, SEND
 from .._language import language, say
 from .._ranges import format_ranks
 from ._arrays import collective_groups
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
-    (``"never-completed"``, ``"buffering"``, ``"type-mismatch"``, ``"buffer-touched"``), ``text``
+    (``"never-completed"``, ``"unreceived"``, ``"communicator-dropped"``, ``"buffering"``,
+    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``), ``text``
     says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
 
     check: str
@@ -61,6 +62,7 @@ def findings(trace: Trace) -> list[Finding]:
             "its buffer belongs to MPI, and the run may end before the message moves. Wait for it "
             "(req.wait(), MPI.Request.Waitall) before the cell ends.",
             rank=int(event["rank"]), op=event["op"], line=int(event["line"]))))
+    found += _left_behind(trace)
     if trace.verified:
         checks = events["checks"].tolist()
         found += (_collective_mismatches(events, checks, trace.comms) + _buffering(trace)
@@ -191,6 +193,56 @@ def _touched(events, checks: list) -> list[Finding]:
         "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
         "the request's Wait, or send a copy.", who=_who(sorted(set(ranks))), op=key[0], line=key[1], done=key[2]))
         for key, ranks in seen.items()]
+
+
+def _left_behind(trace: Trace) -> list[Finding]:
+    """Messages waiting that no receive took, and communicators dropped unfreed (see ``rank/_left``)."""
+    events = trace.events
+    halves = trace.message_halves()
+    received = {pair["send"] for pair in halves.values()}
+    files = set(events["file"].tolist())
+    found: list[Finding] = []
+    dropped: dict[tuple[str, str, int], list] = {}
+    for rank, left in sorted(trace.left.items()):
+        for what in left:
+            if what[0] == "unreceived":
+                found.append(_unreceived(trace, received, rank, *what[1:]))
+            elif what[0] == "dropped":
+                _, op, file, line, so_far = what[1:]  # (members of one Split's parts get ids of their own)
+                entry = dropped.setdefault((op, file, line), [so_far, []])
+                entry[0] = max(entry[0], so_far)
+                entry[1].append(rank)
+    for (op, file, line), (so_far, ranks) in dropped.items():
+        where = say("{op} at line {line}", op=op, line=line) if file in files else \
+            say("{op} at line {line} of an earlier cell", op=op, line=line)
+        found.append(Finding("communicator-dropped", min(ranks), file, line, say(
+            "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): "
+            "MPI keeps it until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a cell "
+            "run again and again runs out. Call Free() on it when it is no longer needed.",
+            who=_who(sorted(ranks)), where=where, count=so_far)))
+    return found
+
+
+def _unreceived(trace: Trace, received: set[int], rank: int, comm: str, source: int, tag: int,
+                size: int) -> Finding:
+    """A message from ``source`` waiting on ``rank``: the send of this run that no receive took, if any."""
+    events = trace.events
+    sends = [int(i) for i in np.flatnonzero((events["rank"] == source) & (events["kind"] == SEND)
+                                            & (events["comm"] == comm) & (events["peer_world"] == rank)
+                                            & (events["tag"] == tag))
+             if int(i) not in received]
+    fix = say("The next receive that matches it, perhaps in a later cell, takes it instead of the message it "
+              "waits for: receive every message that is sent (or do not send it).")
+    if sends:
+        send = events[sends[-1]]
+        return _finding(send, "unreceived", say(
+            "rank {rank}: the message that {op} at line {line} on rank {source} sent (tag {tag}, {size} bytes) was "
+            "never received. {fix}", rank=rank, op=send["op"], line=int(send["line"]), source=source, tag=tag,
+            size=size, fix=fix))
+    return Finding("unreceived", rank, "", 0, say(
+        "rank {rank}: a message from rank {source} (tag {tag}, {size} bytes, sent in an earlier cell) waits "
+        "on communicator {comm} and no receive took it. {fix}", rank=rank, source=source, tag=tag, size=size,
+        comm=comm, fix=fix))
 
 
 def _complete(trace: Trace) -> bool:

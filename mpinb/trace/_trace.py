@@ -50,6 +50,8 @@ class Trace:
         for data in per_rank.values():
             self.comms.update(data["comms"])
         self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
+        # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
+        self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
@@ -243,7 +245,8 @@ class Trace:
 
     def findings(self) -> list[Finding]:
         """What the run did that works only by accident (nonblocking calls never completed,
-        messages never received), each with its rank, line and fix; see :mod:`._findings`."""
+        messages never received, communicators dropped unfreed, and with ``verify`` more), each
+        with its rank, line and fix; see :mod:`._findings`."""
         return findings(self)
 
     def to_pandas(self):

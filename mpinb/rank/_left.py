@@ -1,0 +1,74 @@
+"""What a traced run leaves behind on a rank, looked for when the run ends (cheap: on in every
+traced run that ended without an error): messages that arrived here and that no receive took,
+and communicators that user code made and dropped without freeing.
+
+A message left waiting is taken by the next receive that matches it, in a later cell, instead of
+the message that receive waits for. A dropped communicator stays in MPI until the pool stops
+(mpi4py frees none when its object goes), and MPI has room for a few thousand (MPICH: 2,048
+context ids): a cell that splits a communicator and is run again and again runs out of them.
+
+Only what MPI says is reported: a probe finds the waiting messages (a message received by a
+form mpinb does not trace is gone, so it is never told), and a communicator counts as dropped
+only when no object of user code holds it any more.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from mpi4py import MPI
+
+from ._calls import PlainIntracomm
+from ._recorder import RECORDER as _rec
+
+# communicator id -> (the call that made it, file, line, the objects that stand for it)
+_made: dict[str, tuple[str, str, int, list[weakref.ref]]] = {}
+dropped_so_far = 0  # communicators that user code dropped without freeing, in this process
+
+
+def made(twin: Any, op: str, where: tuple[str, int]) -> None:
+    """User code made ``twin`` (a traced communicator) by ``op`` at ``where``."""
+    _made[twin._mpinb_id] = (op, where[0], where[1], [weakref.ref(twin)])
+
+
+def also(twin: Any) -> None:
+    """Another object that stands for a communicator made before (``fromhandle``, unpickling)."""
+    entry = _made.get(twin.__dict__.get("_mpinb_id", ""))
+    if entry is not None:
+        entry[3].append(weakref.ref(twin))
+
+
+def freed(cid: str | None) -> None:
+    _made.pop(cid or "", None)
+
+
+def look(world: Any) -> list[tuple]:
+    """What this rank's run left: ``("unreceived", comm id, world source, tag, bytes)`` for each
+    sender whose message waits here, and ``("dropped", comm id, op, file, line, so far)`` for each
+    communicator no object holds any more (told once)."""
+    global dropped_so_far
+    left: list[tuple] = []
+    live: list[Any] = [world]
+    for cid, (op, file, line, refs) in list(_made.items()):
+        objects = [ref() for ref in refs]
+        holder = next((obj for obj in objects if obj is not None), None)
+        if holder is None:
+            del _made[cid]
+            dropped_so_far += 1
+            left.append(("dropped", cid, op, file, line, dropped_so_far))
+        elif holder:  # (not one that Free() made null without mpinb: mpi4py's Comm.free of a copy)
+            live.append(holder)
+    status = MPI.Status()
+    for comm in live:
+        try:
+            if not PlainIntracomm.Iprobe(comm, MPI.ANY_SOURCE, MPI.ANY_TAG):
+                continue
+            members = _rec.comms.get(comm._mpinb_id) or list(range(comm.Get_size()))
+            for source in range(len(members)):
+                if PlainIntracomm.Iprobe(comm, source, MPI.ANY_TAG, status):
+                    left.append(("unreceived", comm._mpinb_id, members[source], status.Get_tag(),
+                                 status.Get_count(MPI.BYTE)))
+        except MPI.Exception:  # (a communicator that MPI no longer knows: nothing waits on it)
+            continue
+    return left
