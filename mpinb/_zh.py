@@ -406,4 +406,11 @@ ZH: dict[str, str] = {
     "communicator {comm} and no receive took it. {fix}":
         "rank {rank}：一条来自 rank {source} 的消息（tag {tag}，{size} 字节，在之前的单元格中发送）在通信域 {comm} "
         "上等待，没有任何接收取走它。{fix}",
+    "{who}: {op} at line {line} receives from ANY_SOURCE: it took the message of rank {source} ({send} at line "
+    "{send_line}) while rank {other}'s ({other_send} at line {other_line}) was on its way too. Which one it takes "
+    "depends on timing, so the result may change from run to run. Name the source you expect, or pass a status and "
+    "handle the messages in any order (status.Get_source()).":
+        "{who}：第 {line} 行的 {op} 从 ANY_SOURCE 接收：它取走了 rank {source} 的消息（第 {send_line} 行的 {send}），"
+        "而 rank {other} 的消息（第 {other_line} 行的 {other_send}）也已在途。取走哪一条取决于时序，"
+        "所以结果可能每次运行都不同。请指明你期望的来源，或传入 status 并以任意顺序处理消息（status.Get_source()）。",
 }

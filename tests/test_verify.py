@@ -178,6 +178,63 @@ def test_collectives_that_agree_where_it_is_known_pass(pool4):
     assert result.findings == []
 
 
+RACY_WILDCARD = """\
+if rank == 0:
+    a = comm.recv(source=MPI.ANY_SOURCE, tag=1)
+    b = comm.recv(source=MPI.ANY_SOURCE, tag=1)
+    difference = a - b
+elif rank in (1, 2):
+    time.sleep(0.3 * (rank - 1) * late)
+    comm.send(rank * 10, dest=0, tag=1)
+"""
+
+
+@pytest.mark.parametrize("late", [0, 1], ids=["at-once", "rank-2-late"])
+def test_a_wildcard_receive_whose_match_depends_on_timing_is_named(pool4, late):
+    """However this run went (rank 2's message arriving long after rank 1's), nothing ordered
+    the two sends: on another run the other message comes first."""
+    result = pool4.run(f"import time\nlate = {late}\n" + RACY_WILDCARD, verify=True)
+    assert _checks(result) == [("wildcard-race", 0, 4)]
+    text = str(result.findings[0])
+    assert text.startswith("rank 0: recv at line 4 receives from ANY_SOURCE: it took the message of rank ")
+    assert "(send at line 9)" in text and "status.Get_source()" in text
+    assert pool4.run(f"import time\nlate = {late}\n" + RACY_WILDCARD).findings == [], "only with verify"
+
+
+def test_wildcard_receives_that_read_their_status_or_are_ordered_are_not_findings(pool4):
+    cell = textwrap.dedent("""\
+        status = MPI.Status()
+        if rank == 0:   # leader and workers: the leader reads who sent each result
+            got = {}
+            for _ in range(size - 1):
+                value = comm.recv(source=MPI.ANY_SOURCE, tag=2, status=status)
+                got[status.Get_source()] = value
+        else:
+            comm.send(rank, dest=0, tag=2)
+        if rank == 0:   # a chain: rank 2 sends only after rank 0 took rank 1's message and told it
+            first = comm.recv(source=MPI.ANY_SOURCE, tag=3)
+            comm.send('go', dest=2, tag=4)
+            second = comm.recv(source=MPI.ANY_SOURCE, tag=3)
+        elif rank == 1:
+            comm.send(1, dest=0, tag=3)
+        elif rank == 2:
+            comm.recv(source=0, tag=4)
+            comm.send(2, dest=0, tag=3)
+        comm.Barrier()
+        if rank == 0:   # ordered by a collective
+            third = comm.recv(source=MPI.ANY_SOURCE, tag=5)
+        elif rank == 3:
+            comm.send(3, dest=0, tag=5)
+        comm.Barrier()
+        if rank == 1:
+            comm.send(1, dest=0, tag=5)
+        elif rank == 0:
+            fourth = comm.recv(source=MPI.ANY_SOURCE, tag=5)
+        """)
+    result = pool4.run(cell, verify=True)
+    assert result.findings == [], result.findings
+
+
 # What a run leaves behind (cheap: every traced run looks, verified or not; see mpinb.rank._left).
 
 def test_a_message_that_no_receive_took_is_named_with_its_send(pool4):

@@ -284,7 +284,8 @@ class Pool:
         receive took, communicators dropped without ``Free``);
         ``verify`` (default: the pool's ``verify``) checks more, at some cost: exchanges that finish
         only because MPI buffered a message, messages received into a buffer of another type,
-        buffers of nonblocking sends changed before the send completed. What the checks find is
+        buffers of nonblocking sends changed before the send completed, receives from
+        ``ANY_SOURCE`` whose match depends on timing. What the checks find is
         ``result.findings``; nothing they do changes what the code computes.
 
         Ranks that reach ``breakpoint()``, or a line of ``breakpoints`` (line numbers of ``code``),

@@ -105,8 +105,11 @@ def _recv(name: str, lowercase: bool):
             if not request.Test(status):
                 _poll_request(request, status, describe, cancel=True)
             result = None
-        if _verify.on and not lowercase:
-            _verify.typed(start, RECV, buf)
+        if _verify.on:
+            if not lowercase:
+                _verify.typed(start, RECV, buf)
+            if source == MPI.ANY_SOURCE:
+                _verify.wildcard(start, tag, arg(args, kwargs, 3, "status") is not None)
         if rec.on:
             end = _now()
             size = status.Get_count(BYTE)  # for lowercase calls, the pickle's size

@@ -1,7 +1,8 @@
 """What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
 :mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
 receives, a nonblocking send's buffer changed before the send completed, and the bytes and op
-each member of a polled collective gave (``_collectives.signature``).
+each member of a polled collective gave (``_collectives.signature``), and the blocking receives
+from ``ANY_SOURCE`` (whether their caller reads the status).
 
 Off, this costs each Python-traced call one test of :data:`on`. On, the C tracer's methods give
 way to the Python ones for the run (they note nothing), and each note is keyed by its call's
@@ -15,7 +16,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import SEND
+from .._events import RECV, SEND
 from ._calls import PACKAGE_DIR, call_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
@@ -79,6 +80,12 @@ def typed(start: float, kind: int, spec) -> None:
     code = typecode(spec)
     if code:
         notes.append((start, kind, "type", code))
+
+
+def wildcard(start: float, tag: int, status_given: bool) -> None:
+    """A blocking receive from ``ANY_SOURCE`` (under ``tag``), and whether the caller passed a
+    status, to read who sent what it took (then any order is handled by design)."""
+    notes.append((start, RECV, "wildcard", tag, status_given))
 
 
 def _digest(spec) -> tuple[memoryview, int] | None:

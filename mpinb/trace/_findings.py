@@ -3,8 +3,8 @@
 On in every traced run (cheap): nonblocking calls that no wait or test saw complete. With
 ``verify`` (the ranks noted more, see :mod:`mpinb.rank._verify`): exchanges that finish only
 because MPI buffered a message or let a collective end early (see :mod:`._synchronous`), a
-message received into a buffer of another element type, and the buffer of a nonblocking send
-changed before the send completed.
+message received into a buffer of another element type, the buffer of a nonblocking send
+changed before the send completed, and a receive from ``ANY_SOURCE`` whose match depends on timing.
 
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
     (``"never-completed"``, ``"unreceived"``, ``"communicator-dropped"``, ``"buffering"``,
-    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``), ``text``
+    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``, ``"wildcard-race"``), ``text``
     says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
 
     check: str
@@ -66,7 +66,8 @@ def findings(trace: Trace) -> list[Finding]:
     if trace.verified:
         checks = events["checks"].tolist()
         found += (_collective_mismatches(events, checks, trace.comms) + _buffering(trace)
-                  + _type_mismatches(events, checks, trace.message_halves()) + _touched(events, checks))
+                  + _type_mismatches(events, checks, trace.message_halves()) + _touched(events, checks)
+                  + _wildcard_races(events, checks, trace.message_halves()))
     return found
 
 
@@ -193,6 +194,100 @@ def _touched(events, checks: list) -> list[Finding]:
         "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
         "the request's Wait, or send a copy.", who=_who(sorted(set(ranks))), op=key[0], line=key[1], done=key[2]))
         for key, ranks in seen.items()]
+
+
+_RACES_ANALYSED = 2_000  # wildcard receives looked at per run (each one is a walk of the run's order)
+
+
+def _wildcard_races(events, checks: list, halves: dict[int, dict[str, int]]) -> list[Finding]:
+    """Blocking receives from ``ANY_SOURCE`` that took one message while another sender's could
+    have been taken instead: a send to the same rank, communicator and tag that no chain of
+    messages or collectives orders after the receive (so on another run it may come first), and
+    that was not taken before it. Which one each receive takes depends on timing, however this
+    run went. A receive that reads its status (who sent what it took) handles any order by design,
+    and is not named. (ISP and MUST call this a wildcard race.)"""
+    sender_of = {pair["recv"]: pair["send"] for pair in halves.values()}
+    taken_by = {pair["send"]: pair["recv"] for pair in halves.values()}
+    is_send = events["kind"] == SEND
+    to_rank = {int(rank): np.flatnonzero(is_send & (events["peer_world"] == rank))
+               for rank in np.unique(events["rank"])}
+    causality: _Causality | None = None
+    analysed = 0
+    seen: dict[tuple, list[int]] = {}
+    first: dict[tuple, tuple[int, int, int]] = {}
+    for i, noted in enumerate(checks):
+        wildcard = next((what for what in noted or () if what[0] == "wildcard"), None)
+        key = (str(events["op"][i]), int(events["line"][i]))
+        if wildcard is None or wildcard[2] or i not in sender_of or key in seen or analysed >= _RACES_ANALYSED:
+            continue
+        analysed += 1
+        recv, took, tag = events[i], sender_of[i], int(wildcard[1])
+        rank, source = int(recv["rank"]), int(events["rank"][took])
+        candidates = to_rank.get(rank, np.zeros(0, dtype=int))
+        candidates = candidates[(events["rank"][candidates] != source) & (events["comm"][candidates] == recv["comm"])
+                                & ((events["tag"][candidates] == tag) if tag >= 0 else True)]
+        rivals = [int(j) for j in candidates
+                  if int(j) not in taken_by or events["start"][taken_by[int(j)]] > recv["start"]]
+        if not rivals:
+            continue
+        causality = causality or _Causality(events, halves)
+        after = causality.reached_from(rank, float(recv["end"]))
+        rivals = [j for j in rivals if events["start"][j] < after.get(int(events["rank"][j]), np.inf)]
+        if rivals:
+            seen.setdefault(key, []).append(rank)
+            first.setdefault(key, (i, took, rivals[0]))
+    found = []
+    for (op, line), ranks in seen.items():
+        i, took, rival = first[op, line]
+        found.append(_finding(events[i], "wildcard-race", say(
+            "{who}: {op} at line {line} receives from ANY_SOURCE: it took the message of rank {source} ({send} at "
+            "line {send_line}) while rank {other}'s ({other_send} at line {other_line}) was on its way too. Which "
+            "one it takes depends on timing, so the result may change from run to run. Name the source you "
+            "expect, or pass a status and handle the messages in any order (status.Get_source()).",
+            who=_who(sorted(set(ranks))), op=op, line=line, source=int(events["rank"][took]),
+            send=events["op"][took], send_line=int(events["line"][took]), other=int(events["rank"][rival]),
+            other_send=events["op"][rival], other_line=int(events["line"][rival]))))
+    return found
+
+
+class _Causality:
+    """What happens after what in a run: program order on each rank, a message from its send to
+    its receive, and a collective from each member's call to every member's return (taken as
+    synchronizing, so that a race is never told where a collective may order the calls)."""
+
+    def __init__(self, events, halves: dict[int, dict[str, int]]):
+        edges: dict[int, list[tuple[float, int, float]]] = {}  # rank -> (start, rank reached, when)
+        for pair in halves.values():
+            send, recv = events[pair["send"]], events[pair["recv"]]
+            edges.setdefault(int(send["rank"]), []).append(
+                (float(send["start"]), int(recv["rank"]), float(recv["end"])))
+        for members in collective_groups(events).values():
+            for a in members:
+                edges.setdefault(int(events["rank"][a]), []).extend(
+                    (float(events["start"][a]), int(events["rank"][b]), float(events["end"][b]))
+                    for b in members if b != a)
+        self.edges = {rank: np.array(found, dtype=[("start", "f8"), ("rank", "i4"), ("when", "f8")])
+                      for rank, found in edges.items()}
+
+    def reached_from(self, rank: int, when: float) -> dict[int, float]:
+        """Per rank, the time from which its calls happen after ``rank``'s point ``when``
+        (absent: none of them do). Ranks are settled earliest first, as in Dijkstra's method:
+        whatever a rank reaches, it reaches later than it was reached itself."""
+        reach, settled = {rank: when}, set()
+        while True:
+            open_ranks = [r for r in reach if r not in settled]
+            if not open_ranks:
+                return reach
+            current = min(open_ranks, key=reach.__getitem__)
+            settled.add(current)
+            edges = self.edges.get(current)
+            if edges is None:
+                continue
+            later = edges[(edges["start"] >= reach[current]) & ~np.isnan(edges["when"])]
+            for target in np.unique(later["rank"]):
+                earliest = float(later["when"][later["rank"] == target].min())
+                if earliest < reach.get(int(target), np.inf):
+                    reach[int(target)] = earliest
 
 
 def _left_behind(trace: Trace) -> list[Finding]:
