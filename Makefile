@@ -89,21 +89,25 @@ docs: install
 # correctness findings show only where a tutorial shows a bug on purpose.
 OTHER_MPIS := $(if $(filter mpich,$(MPI)),openmpi impi,)
 test: install system lint
-	@failed=""; \
+	@failed=""; began=$$(date +%s); \
 	MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-40} $(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
+	echo "mpinb: the tests on $(MPI) took $$(( $$(date +%s) - began )) s"; \
 	for other in $(OTHER_MPIS); do \
+	  began=$$(date +%s); \
 	  if [ $$other = impi ]; then only="CORE_TESTS=$(IMPI_TESTS)"; else only="CORE_TESTS=$(CORE_TESTS)"; fi; \
 	  $(MAKE) --no-print-directory test-core MPI=$$other "$$only" || failed="$$failed tests-on-$$other"; \
+	  echo "mpinb: installing $$other and its tests took $$(( $$(date +%s) - began )) s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "mpinb: these stages failed:$$failed"; exit 1; fi
 
-# The stress test takes 40 aborts on the first MPI and 24 on the second, every kind of abort
+# The stress test takes 40 aborts on the first MPI and 12 on the second, every kind of abort
 # among them (`MPINB_STRESS_ABORTS=500 make test` or `python -m bench --only recovery` for more). The
 # whole of `make test` took 49 minutes on two cores (CI=true .ci/run on a clean clone, 2026-12-03).
 test-core: install
-	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-24} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
-	  $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
+	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-12} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
+	  MPINB_SUITE_SILENT=$${MPINB_SUITE_SILENT:-0} $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/mpinb bench

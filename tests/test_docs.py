@@ -28,8 +28,10 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def site() -> Iterator[str]:
     """The built site on a localhost port (built here if ``make docs`` has not run)."""
     if not os.path.exists(os.path.join(SITE, "index.html")):
-        # As `make docs`: English by default, Chinese in notebooks/zh/ (not this session's pinned English).
-        env = {k: v for k, v in os.environ.items() if k != "MPINB_LANGUAGE"} | {"LC_ALL": "C.UTF-8"}
+        # As `make test` builds it: English by default, Chinese in notebooks/zh/ (not this session's
+        # pinned English), every tutorial verified (tests/test_notebooks.py reads the copies it runs).
+        env = {k: v for k, v in os.environ.items() if k != "MPINB_LANGUAGE"} | {"LC_ALL": "C.UTF-8",
+                                                                               "MPINB_VERIFY": "1"}
         subprocess.run([sys.executable, "-m", "sphinx", "-q", "-c", "docs", "-b", "html", "--keep-going", ".",
                         SITE], cwd=ROOT, check=True, timeout=1500, env=env)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=SITE))
