@@ -145,3 +145,18 @@ def test_an_answer_right_only_by_accident_is_not_yet_right(pool4):
     assert not verdict
     assert "The answers are right, but only by accident: ranks 0-3: the buffer of Isend at line 5 changed " \
            "before the send completed (seen when line 7 completed it)" in str(verdict), str(verdict)
+
+
+def test_what_earlier_cells_left_does_not_fail_a_right_answer(pool4):
+    """A message an earlier cell sent and nobody took, a communicator it dropped: told under the
+    runs, but not this answer's doing."""
+    # (on a communicator of its own: on the world, the exercise's receive from ANY_TAG would take
+    # it, and deadlock, which is why the message is told)
+    left = pool4.run("side = comm.Dup()\nif rank == 0:\n    side.send('stale', dest=1, tag=99)\n"
+                     "comm.Barrier()\ngone = comm.Dup()\ndel gone")
+    assert {f.check for f in left.findings} == {"unreceived", "communicator-dropped"}, left.findings
+    pool4.run(solution("exchange"))
+    verdict = mpinb.check("exchange", pool=pool4)
+    assert verdict, str(verdict)
+    taken = pool4.run("got = side.recv(source=0, tag=99) if rank == 1 else None\nside.Free()\ngot")
+    assert taken.value[1] == "stale" and taken.findings == []

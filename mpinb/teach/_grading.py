@@ -91,8 +91,10 @@ def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
     if not hints and result.trace is not None:
         hints = [say(hint) for hint in spec.pattern(result.trace, size)]
     if not hints and result.findings:
+        # (what earlier cells left, a message or a communicator, is not this answer's doing)
+        ran = set(result.trace.events["file"].tolist()) if result.trace is not None else set()
         hints = [say("The answers are right, but only by accident: {finding}", finding=finding)
-                 for finding in result.findings]
+                 for finding in result.findings if finding.file in ran]
     return CheckResult(spec.name, not hints, hints)
 
 
