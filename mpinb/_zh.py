@@ -413,4 +413,11 @@ ZH: dict[str, str] = {
         "{who}：第 {line} 行的 {op} 从 ANY_SOURCE 接收：它取走了 rank {source} 的消息（第 {send_line} 行的 {send}），"
         "而 rank {other} 的消息（第 {other_line} 行的 {other_send}）也已在途。取走哪一条取决于时序，"
         "所以结果可能每次运行都不同。请指明你期望的来源，或传入 status 并以任意顺序处理消息（status.Get_source()）。",
+    "rank {rank} gives {own} bytes where the counts say {expected}":
+        "rank {rank} 给出 {own} 字节，而计数说是 {expected}",
+    "the ranks' counts differ": "各 rank 的计数不一致",
+    "{op} at line {line}: {says} (counts in bytes: {counts}). MPI checks only that a message fits: fewer bytes "
+    "leave the rest of a slot as it was, silently, and more fail. Make the counts say what each rank gives.":
+        "第 {line} 行的 {op}：{says}（以字节计的计数：{counts}）。MPI 只检查消息是否放得下：字节少了，"
+        "槽位其余部分会悄无声息地保持原样；字节多了则会失败。请让计数与每个 rank 给出的数据一致。",
 }

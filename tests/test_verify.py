@@ -178,6 +178,35 @@ def test_collectives_that_agree_where_it_is_known_pass(pool4):
     assert result.findings == []
 
 
+def test_counts_that_do_not_say_what_a_rank_gives_are_named(pool4):
+    """Rank 2 gives one value where the counts say two: MPI fills half its slot and says nothing."""
+    cell = textwrap.dedent("""\
+        counts = [2, 2, 2, 2]
+        mine = np.full(1 if rank == 2 else 2, float(rank))
+        got = np.zeros(8) if rank == 0 else None
+        comm.Gatherv(mine, [got, counts], root=0)
+        everyone = np.zeros(8)
+        comm.Allgatherv(mine, [everyone, (counts, [0, 2, 4, 6])])
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("count-mismatch", 0, 4), ("count-mismatch", 0, 6)]
+    assert str(result.findings[0]).startswith(
+        "Gatherv at line 4: rank 2 gives 8 bytes where the counts say 16 (counts in bytes: 16, 16, 16, 16).")
+    twin = textwrap.dedent("""\
+        counts = [r + 1 for r in range(size)]
+        mine = np.full(rank + 1, float(rank))
+        got = np.zeros(sum(counts)) if rank == 0 else None
+        comm.Gatherv(mine, [got, counts], root=0)
+        everyone = np.zeros(sum(counts))
+        comm.Allgatherv([mine, MPI.DOUBLE], [everyone, counts, MPI.DOUBLE])
+        part = np.zeros(rank + 1)
+        comm.Scatterv([everyone, counts] if rank == 0 else None, part, root=0)
+        part[0]
+        """)
+    right = pool4.run(twin, verify=True)
+    assert right.findings == [] and right.value == {r: float(r) for r in range(4)}
+
+
 RACY_WILDCARD = """\
 if rank == 0:
     a = comm.recv(source=MPI.ANY_SOURCE, tag=1)

@@ -326,6 +326,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
         elif polled is not None:
             if _verify.on:  # compared in the trace, afterwards: an agreement first would make it synchronizing
                 _verify.notes.append((start, COLLECTIVE, "signature", *signature(name, args, kwargs)))
+                _verify.counted(start, name, args, kwargs)
             request = polled(self, *args, **kwargs)
             _poll_request(request, None, describer(self, name, "collective", None, -1, 0, where, root))
             result = None

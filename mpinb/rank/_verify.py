@@ -1,8 +1,9 @@
 """What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
 :mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
 receives, a nonblocking send's buffer changed before the send completed, and the bytes and op
-each member of a polled collective gave (``_collectives.signature``), and the blocking receives
-from ``ANY_SOURCE`` (whether their caller reads the status).
+each member of a polled collective gave (``_collectives.signature``), the counts of the
+collectives whose counts differ by member (``counted``), and the blocking receives from
+``ANY_SOURCE`` (whether their caller reads the status).
 
 Off, this costs each Python-traced call one test of :data:`on`. On, the C tracer's methods give
 way to the Python ones for the run (they note nothing), and each note is keyed by its call's
@@ -16,8 +17,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import RECV, SEND
-from ._calls import PACKAGE_DIR, call_site
+from .._events import COLLECTIVE, RECV, SEND
+from ._calls import PACKAGE_DIR, arg, call_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
 on = False
@@ -86,6 +87,56 @@ def wildcard(start: float, tag: int, status_given: bool) -> None:
     """A blocking receive from ``ANY_SOURCE`` (under ``tag``), and whether the caller passed a
     status, to read who sent what it took (then any order is handled by design)."""
     notes.append((start, RECV, "wildcard", tag, status_given))
+
+
+_V_SENDS = {"Allgatherv": (0, "sendbuf"), "Gatherv": (0, "sendbuf"), "Scatterv": (1, "recvbuf")}
+_V_COUNTS = {"Allgatherv": (1, "recvbuf"), "Gatherv": (1, "recvbuf"), "Scatterv": (0, "sendbuf")}
+
+
+def counted(start: float, name: str, args: tuple, kwargs: dict) -> None:
+    """For a collective whose counts differ by member (``Allgatherv``, ``Gatherv``, ``Scatterv``):
+    the bytes this member gives (or, scattered, takes) and the bytes per member its counts say
+    (the root's or every member's); the trace compares them. Forms not read here are not noted."""
+    if name not in _V_SENDS:
+        return
+    own = _unless_unreadable(_plain_bytes, arg(args, kwargs, *_V_SENDS[name]))
+    expected = _unless_unreadable(_counted_bytes, arg(args, kwargs, *_V_COUNTS[name]))
+    if own is not None or expected is not None:
+        notes.append((start, COLLECTIVE, "counts", -1 if own is None else own, expected or ()))
+
+
+def _unless_unreadable(read, spec):
+    """``read(spec)``, or ``None`` for a spec it cannot read (a non-root's ``[None, counts]``)."""
+    try:
+        return read(spec)
+    except (TypeError, ValueError, IndexError, MPI.Exception):
+        return None
+
+
+def _plain_bytes(spec) -> int | None:
+    """The bytes of a buffer given alone or with its datatype (``[buf, MPI.DOUBLE]``)."""
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != 2 or not isinstance(spec[1], MPI.Datatype):
+            return None
+        spec = spec[0]
+    if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
+        return None
+    return memoryview(spec).nbytes
+
+
+def _counted_bytes(spec) -> tuple[int, ...] | None:
+    """Bytes per member from ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts,
+    displs]``, each with or without a datatype."""
+    if not isinstance(spec, (list, tuple)) or len(spec) < 2:
+        return None
+    datatype = next((item for item in spec[1:] if isinstance(item, MPI.Datatype)), None)
+    counts = [item for item in spec[1:] if not isinstance(item, MPI.Datatype)][0]
+    if isinstance(counts, tuple) and len(counts) == 2 and all(hasattr(part, "__len__") for part in counts):
+        counts = counts[0]  # (counts, displacements)
+    if not hasattr(counts, "__len__"):
+        return None
+    size = datatype.Get_size() if datatype is not None else memoryview(spec[0]).itemsize
+    return tuple(int(count) * size for count in counts)
 
 
 def _digest(spec) -> tuple[memoryview, int] | None:

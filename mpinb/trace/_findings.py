@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
     (``"never-completed"``, ``"unreceived"``, ``"communicator-dropped"``, ``"buffering"``,
-    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``, ``"wildcard-race"``), ``text``
+    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``, ``"count-mismatch"``,
+    ``"wildcard-race"``), ``text``
     says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
 
     check: str
@@ -65,7 +66,8 @@ def findings(trace: Trace) -> list[Finding]:
     found += _left_behind(trace)
     if trace.verified:
         checks = events["checks"].tolist()
-        found += (_collective_mismatches(events, checks, trace.comms) + _buffering(trace)
+        found += (_collective_mismatches(events, checks, trace.comms) + _count_mismatches(events, checks, trace.comms)
+                  + _buffering(trace)
                   + _type_mismatches(events, checks, trace.message_halves()) + _touched(events, checks)
                   + _wildcard_races(events, checks, trace.message_halves()))
     return found
@@ -99,6 +101,49 @@ def _collective_mismatches(events, checks: list, comms: dict[str, list[int]]) ->
             "{op} at line {line}: {gave}. MPI requires the same amount of data and the same operation on every "
             "rank and does not check it: the result is wrong or the run hangs on another MPI. Give every rank "
             "the same count, type and op.", op=key[0], line=key[1], gave=gave)))
+    return found
+
+
+def _count_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list[Finding]:
+    """``Allgatherv``, ``Gatherv``, ``Scatterv`` whose counts (the root's, or every member's) do
+    not say what each member gives (scattered: takes), as a verified run noted them
+    (``rank/_verify.counted``). MPI checks only that a message fits: fewer bytes leave the rest of
+    the member's slot as it was, silently."""
+    found = []
+    seen: set[tuple] = set()
+    for (comm, _), group in collective_groups(events).items():
+        members = comms.get(comm)
+        found_notes = {i: next((what[1:] for what in checks[i] or () if what[0] == "counts"), None) for i in group}
+        if not members or any(value is None for value in found_notes.values()):
+            continue
+        noted: dict[int, tuple] = {i: value for i, value in found_notes.items() if value is not None}
+        op = str(events["op"][group[0]])
+        first = min(group, key=lambda i: int(events["rank"][i]))
+        key = (op, int(events["line"][first]))
+        if key in seen:
+            continue
+        if op == "Allgatherv":
+            counted = [tuple(expected) for _, expected in noted.values() if expected]
+        else:  # the root's counts are the ones that matter
+            root = next((i for i in group if members.index(int(events["rank"][i])) == int(events["peer"][i])), None)
+            counted = [tuple(noted[root][1])] if root is not None and noted[root][1] else []
+        if not counted or len(counted[0]) != len(members):
+            continue
+        wrong = sorted((int(events["rank"][i]), own, counted[0][members.index(int(events["rank"][i]))])
+                       for i, (own, _) in noted.items()
+                       if own >= 0 and own != counted[0][members.index(int(events["rank"][i]))])
+        disagree = len(set(counted)) > 1
+        if not wrong and not disagree:
+            continue
+        seen.add(key)
+        says = "; ".join(say("rank {rank} gives {own} bytes where the counts say {expected}", rank=rank, own=own,
+                             expected=expected) for rank, own, expected in wrong)
+        if disagree:
+            says = "; ".join(filter(None, (says, say("the ranks' counts differ"))))
+        found.append(_finding(events[first], "count-mismatch", say(
+            "{op} at line {line}: {says} (counts in bytes: {counts}). MPI checks only that a message fits: fewer "
+            "bytes leave the rest of a slot as it was, silently, and more fail. Make the counts say what each "
+            "rank gives.", op=op, line=key[1], says=says, counts=", ".join(map(str, counted[0])))))
     return found
 
 
