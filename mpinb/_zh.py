@@ -420,4 +420,10 @@ ZH: dict[str, str] = {
     "leave the rest of a slot as it was, silently, and more fail. Make the counts say what each rank gives.":
         "第 {line} 行的 {op}：{says}（以字节计的计数：{counts}）。MPI 只检查消息是否放得下：字节少了，"
         "槽位其余部分会悄无声息地保持原样；字节多了则会失败。请让计数与每个 rank 给出的数据一致。",
+    "rank {sender} sends {sent} bytes to rank {receiver}, which expects {expected}":
+        "rank {sender} 向 rank {receiver} 发送 {sent} 字节，而后者期望 {expected} 字节",
+    "Alltoallv at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a slot "
+    "as it was, silently, and more fail. Make each rank's send counts match its partners' receive counts.":
+        "第 {line} 行的 Alltoallv：{says}。MPI 只检查消息是否放得下：字节少了，槽位其余部分会悄无声息地保持原样；"
+        "字节多了则会失败。请让每个 rank 的发送计数与其伙伴的接收计数一致。",
 }

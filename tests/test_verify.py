@@ -207,6 +207,25 @@ def test_counts_that_do_not_say_what_a_rank_gives_are_named(pool4):
     assert right.findings == [] and right.value == {r: float(r) for r in range(4)}
 
 
+def test_an_alltoallv_whose_send_and_receive_counts_disagree_is_named(pool4):
+    """Rank 2 makes room for two values from rank 1, which sends one: MPI fills half of the slot
+    and says nothing."""
+    cell = textwrap.dedent("""\
+        send_counts = [1] * size
+        receive_counts = [2 if (rank, r) == (2, 1) else 1 for r in range(size)]
+        sent = np.full(size, float(rank))
+        got = np.zeros(sum(receive_counts))
+        displacements = list(np.cumsum([0] + receive_counts[:-1]))
+        comm.Alltoallv([sent, (send_counts, list(range(size)))], [got, (receive_counts, displacements)])
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("count-mismatch", 0, 6)]
+    assert str(result.findings[0]).startswith(
+        "Alltoallv at line 6: rank 1 sends 8 bytes to rank 2, which expects 16."), str(result.findings[0])
+    right = pool4.run(cell.replace("2 if (rank, r) == (2, 1) else 1", "1"), verify=True)
+    assert right.findings == []
+
+
 RACY_WILDCARD = """\
 if rank == 0:
     a = comm.recv(source=MPI.ANY_SOURCE, tag=1)

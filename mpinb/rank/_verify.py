@@ -96,7 +96,14 @@ _V_COUNTS = {"Allgatherv": (1, "recvbuf"), "Gatherv": (1, "recvbuf"), "Scatterv"
 def counted(start: float, name: str, args: tuple, kwargs: dict) -> None:
     """For a collective whose counts differ by member (``Allgatherv``, ``Gatherv``, ``Scatterv``):
     the bytes this member gives (or, scattered, takes) and the bytes per member its counts say
-    (the root's or every member's); the trace compares them. Forms not read here are not noted."""
+    (the root's or every member's); for ``Alltoallv``, the bytes it sends to and receives from
+    each member. The trace compares them. Forms not read here are not noted."""
+    if name == "Alltoallv":
+        sends = _unless_unreadable(_counted_bytes, arg(args, kwargs, 0, "sendbuf"))
+        receives = _unless_unreadable(_counted_bytes, arg(args, kwargs, 1, "recvbuf"))
+        if sends is not None and receives is not None:
+            notes.append((start, COLLECTIVE, "exchange-counts", sends, receives))
+        return
     if name not in _V_SENDS:
         return
     own = _unless_unreadable(_plain_bytes, arg(args, kwargs, *_V_SENDS[name]))

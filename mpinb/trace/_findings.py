@@ -113,6 +113,9 @@ def _count_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list
     seen: set[tuple] = set()
     for (comm, _), group in collective_groups(events).items():
         members = comms.get(comm)
+        if members and str(events["op"][group[0]]) == "Alltoallv":
+            found += _exchange_mismatch(events, checks, group, members, seen)
+            continue
         found_notes = {i: next((what[1:] for what in checks[i] or () if what[0] == "counts"), None) for i in group}
         if not members or any(value is None for value in found_notes.values()):
             continue
@@ -145,6 +148,33 @@ def _count_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list
             "bytes leave the rest of a slot as it was, silently, and more fail. Make the counts say what each "
             "rank gives.", op=op, line=key[1], says=says, counts=", ".join(map(str, counted[0])))))
     return found
+
+
+def _exchange_mismatch(events, checks: list, group: list[int], members: list[int], seen: set) -> list[Finding]:
+    """An ``Alltoallv`` where what one member sends another is not what that one expects from it."""
+    noted: dict[int, tuple] = {}
+    for i in group:
+        value = next((what[1:] for what in checks[i] or () if what[0] == "exchange-counts"), None)
+        if value is None or len(value[0]) != len(members) or len(value[1]) != len(members):
+            return []
+        noted[int(events["rank"][i])] = value
+    first = min(group, key=lambda i: int(events["rank"][i]))
+    key = ("Alltoallv", int(events["line"][first]))
+    if key in seen or len(noted) != len(members):
+        return []
+    wrong = [(sender, receiver, noted[sender][0][j], noted[receiver][1][i])
+             for i, sender in enumerate(members) for j, receiver in enumerate(members)
+             if noted[sender][0][j] != noted[receiver][1][i]]
+    if not wrong:
+        return []
+    seen.add(key)
+    says = "; ".join(say("rank {sender} sends {sent} bytes to rank {receiver}, which expects {expected}",
+                         sender=sender, sent=sent, receiver=receiver, expected=expected)
+                     for sender, receiver, sent, expected in wrong[:4])
+    return [_finding(events[first], "count-mismatch", say(
+        "Alltoallv at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a "
+        "slot as it was, silently, and more fail. Make each rank's send counts match its partners' receive "
+        "counts.", line=key[1], says=says))]
 
 
 def _who(ranks) -> str:
