@@ -23,6 +23,10 @@ NAN = float("nan")
 BYTE = MPI.BYTE
 
 
+# where a collective's buffers are, as ``arg(args, kwargs, *SEND_BUFFER)`` reads them
+SEND_BUFFER, RECEIVE_BUFFER = (0, "sendbuf"), (1, "recvbuf")
+
+
 def arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
     if len(args) > position:
         return args[position]

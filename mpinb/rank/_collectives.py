@@ -12,7 +12,19 @@ from mpi4py import MPI
 
 from .._events import CART_DERIVING_CALLS, COLLECTIVE, REDUCTION_OPS
 from . import _objects, _verify
-from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, revoked
+from ._calls import (
+    NAN,
+    RECEIVE_BUFFER,
+    SEND_BUFFER,
+    PlainIntracomm,
+    PlainRequest,
+    arg,
+    call_site,
+    describer,
+    named,
+    nbytes,
+    revoked,
+)
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
 from ._waiting import abandon as _abandon
@@ -135,10 +147,9 @@ _PREDEFINED_OPS = tuple(getattr(MPI, name) for name in REDUCTION_OPS)
 _OP_AT = {"Reduce": 2, "Allreduce": 2, "Scan": 2, "Exscan": 2, "Reduce_scatter_block": 2, "Reduce_scatter": 3,
           "reduce": 1, "allreduce": 1, "scan": 1, "exscan": 1}
 # where the bytes every member contributes alike are: the send buffer (IN_PLACE: not known)
-_SEND, _RECEIVE = (0, "sendbuf"), (1, "recvbuf")
-_BYTES_FROM = {"Bcast": (0, "buf"), "Allreduce": _SEND, "Scan": _SEND, "Exscan": _SEND, "Reduce": _SEND,
-               "Reduce_scatter_block": _SEND, "Allgather": _SEND, "Alltoall": _SEND, "Gather": _SEND,
-               "Scatter": _RECEIVE}
+_BYTES_FROM = {"Bcast": (0, "buf"), "Scatter": RECEIVE_BUFFER,
+               **dict.fromkeys(("Allreduce", "Scan", "Exscan", "Reduce", "Reduce_scatter_block", "Allgather",
+                                "Alltoall", "Gather"), SEND_BUFFER)}
 _INT_MAX = 2**31 - 1
 
 

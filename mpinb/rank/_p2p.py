@@ -89,9 +89,8 @@ def _recv(name: str, lowercase: bool):
         if revoked(self):  # its polled form may not say ERR_REVOKED
             return base(self, *args, **kwargs)
         rec = _rec
-        status = arg(args, kwargs, 3, "status")
-        if status is None:
-            status = MPI.Status()
+        given_status = arg(args, kwargs, 3, "status")
+        status = MPI.Status() if given_status is None else given_status
         source = arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         buf = arg(args, kwargs, 0, "buf")
@@ -109,7 +108,7 @@ def _recv(name: str, lowercase: bool):
             if not lowercase:
                 _verify.typed(start, RECV, buf)
             if source == MPI.ANY_SOURCE:
-                _verify.wildcard(start, tag, arg(args, kwargs, 3, "status") is not None)
+                _verify.wildcard(start, tag, given_status is not None)
         if rec.on:
             end = _now()
             size = status.Get_count(BYTE)  # for lowercase calls, the pickle's size

@@ -18,7 +18,7 @@ from typing import Any
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, SEND
-from ._calls import PACKAGE_DIR, arg, call_site
+from ._calls import PACKAGE_DIR, RECEIVE_BUFFER, SEND_BUFFER, arg, call_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
 on = False
@@ -89,8 +89,9 @@ def wildcard(start: float, tag: int, status_given: bool) -> None:
     notes.append((start, RECV, "wildcard", tag, status_given))
 
 
-_V_SENDS = {"Allgatherv": (0, "sendbuf"), "Gatherv": (0, "sendbuf"), "Scatterv": (1, "recvbuf")}
-_V_COUNTS = {"Allgatherv": (1, "recvbuf"), "Gatherv": (1, "recvbuf"), "Scatterv": (0, "sendbuf")}
+# per collective whose counts differ by member: (this member's own buffer, the one with counts)
+_COUNTED = {"Allgatherv": (SEND_BUFFER, RECEIVE_BUFFER), "Gatherv": (SEND_BUFFER, RECEIVE_BUFFER),
+            "Scatterv": (RECEIVE_BUFFER, SEND_BUFFER)}
 
 
 def counted(start: float, name: str, args: tuple, kwargs: dict) -> None:
@@ -99,15 +100,16 @@ def counted(start: float, name: str, args: tuple, kwargs: dict) -> None:
     (the root's or every member's); for ``Alltoallv``, the bytes it sends to and receives from
     each member. The trace compares them. Forms not read here are not noted."""
     if name == "Alltoallv":
-        sends = _unless_unreadable(_counted_bytes, arg(args, kwargs, 0, "sendbuf"))
-        receives = _unless_unreadable(_counted_bytes, arg(args, kwargs, 1, "recvbuf"))
+        sends = _unless_unreadable(_counted_bytes, arg(args, kwargs, *SEND_BUFFER))
+        receives = _unless_unreadable(_counted_bytes, arg(args, kwargs, *RECEIVE_BUFFER))
         if sends is not None and receives is not None:
             notes.append((start, COLLECTIVE, "exchange-counts", sends, receives))
         return
-    if name not in _V_SENDS:
+    if name not in _COUNTED:
         return
-    own = _unless_unreadable(_plain_bytes, arg(args, kwargs, *_V_SENDS[name]))
-    expected = _unless_unreadable(_counted_bytes, arg(args, kwargs, *_V_COUNTS[name]))
+    mine, counts = _COUNTED[name]
+    own = _unless_unreadable(_plain_bytes, arg(args, kwargs, *mine))
+    expected = _unless_unreadable(_counted_bytes, arg(args, kwargs, *counts))
     if own is not None or expected is not None:
         notes.append((start, COLLECTIVE, "counts", -1 if own is None else own, expected or ()))
 
