@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._events import COLLECTIVE, REDUCTION_OPS, SEND
+from .._events import COLLECTIVE, RECV, REDUCTION_OPS, SEND
 from .._language import language, say
 from .._ranges import format_ranks
-from ._arrays import collective_groups
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -66,20 +65,22 @@ def findings(trace: Trace) -> list[Finding]:
     found += _left_behind(trace)
     if trace.verified:
         checks = events["checks"].tolist()
-        found += (_collective_mismatches(events, checks, trace.comms) + _count_mismatches(events, checks, trace.comms)
-                  + _buffering(trace)
-                  + _type_mismatches(events, checks, trace.message_halves()) + _touched(events, checks)
-                  + _wildcard_races(events, checks, trace.message_halves()))
+        groups, halves = trace.collective_groups(), trace.message_halves()
+        found += (_collective_mismatches(events, checks, trace.comms, groups)
+                  + _count_mismatches(events, checks, trace.comms, groups) + _buffering(trace)
+                  + _type_mismatches(events, checks, halves) + _touched(events, checks)
+                  + _wildcard_races(events, checks, halves, groups))
     return found
 
 
-def _collective_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list[Finding]:
+def _collective_mismatches(events, checks: list, comms: dict[str, list[int]],
+                           groups: dict[tuple, list[int]]) -> list[Finding]:
     """Collectives whose members gave different amounts of data or reduction ops (noted by a
     verified run's polled collectives, which do not agree first: see ``rank/_collectives.signature``)."""
     found = []
     seen: set[tuple] = set()
-    for (comm, _), group in collective_groups(events).items():
-        noted = {i: next((what[1:] for what in checks[i] or () if what[0] == "signature"), None) for i in group}
+    for (comm, _), group in groups.items():
+        noted = {i: _noted(checks[i], "signature") for i in group}
         signatures = {i: signature for i, signature in noted.items() if signature is not None}
         if len(signatures) != len(group) or len(group) != len(comms.get(comm, ())) \
                 or len({str(events["op"][i]) for i in group}) != 1:
@@ -104,22 +105,26 @@ def _collective_mismatches(events, checks: list, comms: dict[str, list[int]]) ->
     return found
 
 
-def _count_mismatches(events, checks: list, comms: dict[str, list[int]]) -> list[Finding]:
+def _count_mismatches(events, checks: list, comms: dict[str, list[int]],
+                      groups: dict[tuple, list[int]]) -> list[Finding]:
     """``Allgatherv``, ``Gatherv``, ``Scatterv`` whose counts (the root's, or every member's) do
     not say what each member gives (scattered: takes), as a verified run noted them
     (``rank/_verify.counted``). MPI checks only that a message fits: fewer bytes leave the rest of
     the member's slot as it was, silently."""
     found = []
     seen: set[tuple] = set()
-    for (comm, _), group in collective_groups(events).items():
+    for (comm, _), group in groups.items():
         members = comms.get(comm)
         if members and str(events["op"][group[0]]) == "Alltoallv":
             found += _exchange_mismatch(events, checks, group, members, seen)
             continue
-        found_notes = {i: next((what[1:] for what in checks[i] or () if what[0] == "counts"), None) for i in group}
-        if not members or any(value is None for value in found_notes.values()):
+        noted: dict[int, tuple] = {}
+        for i in group:
+            value = _noted(checks[i], "counts")  # (bytes given, bytes per member the counts say)
+            if value is not None:
+                noted[i] = value
+        if not members or len(noted) != len(group):
             continue
-        noted: dict[int, tuple] = {i: value for i, value in found_notes.items() if value is not None}
         op = str(events["op"][group[0]])
         first = min(group, key=lambda i: int(events["rank"][i]))
         key = (op, int(events["line"][first]))
@@ -154,7 +159,7 @@ def _exchange_mismatch(events, checks: list, group: list[int], members: list[int
     """An ``Alltoallv`` where what one member sends another is not what that one expects from it."""
     noted: dict[int, tuple] = {}
     for i in group:
-        value = next((what[1:] for what in checks[i] or () if what[0] == "exchange-counts"), None)
+        value = _noted(checks[i], "exchange-counts")
         if value is None or len(value[0]) != len(members) or len(value[1]) != len(members):
             return []
         noted[int(events["rank"][i])] = value
@@ -240,7 +245,13 @@ def _type_mismatches(events, checks: list, halves: dict[int, dict[str, int]]) ->
 
 def _typecode(checks: tuple | None) -> str:
     """The element type a call's buffer had (see ``mpinb.rank._verify.typed``), or ``""``."""
-    return next((what[1] for what in checks or () if what[0] == "type"), "")
+    noted = _noted(checks, "type")
+    return noted[0] if noted else ""
+
+
+def _noted(checks: tuple | None, check: str) -> tuple | None:
+    """What a verified run noted of one kind for one call (``rank/_verify``), without its kind."""
+    return next((what[1:] for what in checks or () if what[0] == check), None)
 
 
 @functools.cache
@@ -274,38 +285,41 @@ def _touched(events, checks: list) -> list[Finding]:
 _RACES_ANALYSED = 2_000  # wildcard receives looked at per run (each one is a walk of the run's order)
 
 
-def _wildcard_races(events, checks: list, halves: dict[int, dict[str, int]]) -> list[Finding]:
+def _wildcard_races(events, checks: list, halves: dict[int, dict[str, int]],
+                    groups: dict[tuple, list[int]]) -> list[Finding]:
     """Blocking receives from ``ANY_SOURCE`` that took one message while another sender's could
     have been taken instead: a send to the same rank, communicator and tag that no chain of
     messages or collectives orders after the receive (so on another run it may come first), and
     that was not taken before it. Which one each receive takes depends on timing, however this
     run went. A receive that reads its status (who sent what it took) handles any order by design,
     and is not named. (ISP and MUST call this a wildcard race.)"""
+    # (the tag asked for, whether a status was given), of the receives that named no source
+    wildcards = {i: noted for i in np.flatnonzero(events["kind"] == RECV).tolist()
+                 if checks[i] and (noted := _noted(checks[i], "wildcard"))}
+    if not wildcards:
+        return []
     sender_of = {pair["recv"]: pair["send"] for pair in halves.values()}
     taken_by = {pair["send"]: pair["recv"] for pair in halves.values()}
-    is_send = events["kind"] == SEND
-    to_rank = {int(rank): np.flatnonzero(is_send & (events["peer_world"] == rank))
-               for rank in np.unique(events["rank"])}
+    sends = np.flatnonzero(events["kind"] == SEND)
     causality: _Causality | None = None
     analysed = 0
     seen: dict[tuple, list[int]] = {}
     first: dict[tuple, tuple[int, int, int]] = {}
-    for i, noted in enumerate(checks):
-        wildcard = next((what for what in noted or () if what[0] == "wildcard"), None)
+    for i, (tag, status_given) in wildcards.items():
         key = (str(events["op"][i]), int(events["line"][i]))
-        if wildcard is None or wildcard[2] or i not in sender_of or key in seen or analysed >= _RACES_ANALYSED:
+        if status_given or i not in sender_of or key in seen or analysed >= _RACES_ANALYSED:
             continue
         analysed += 1
-        recv, took, tag = events[i], sender_of[i], int(wildcard[1])
+        recv, took = events[i], sender_of[i]
         rank, source = int(recv["rank"]), int(events["rank"][took])
-        candidates = to_rank.get(rank, np.zeros(0, dtype=int))
+        candidates = sends[events["peer_world"][sends] == rank]
         candidates = candidates[(events["rank"][candidates] != source) & (events["comm"][candidates] == recv["comm"])
                                 & ((events["tag"][candidates] == tag) if tag >= 0 else True)]
         rivals = [int(j) for j in candidates
                   if int(j) not in taken_by or events["start"][taken_by[int(j)]] > recv["start"]]
         if not rivals:
             continue
-        causality = causality or _Causality(events, halves)
+        causality = causality or _Causality(events, halves, groups)
         after = causality.reached_from(rank, float(recv["end"]))
         rivals = [j for j in rivals if events["start"][j] < after.get(int(events["rank"][j]), np.inf)]
         if rivals:
@@ -330,25 +344,33 @@ class _Causality:
     its receive, and a collective from each member's call to every member's return (taken as
     synchronizing, so that a race is never told where a collective may order the calls)."""
 
-    def __init__(self, events, halves: dict[int, dict[str, int]]):
+    def __init__(self, events, halves: dict[int, dict[str, int]], groups: dict[tuple, list[int]]):
         edges: dict[int, list[tuple[float, int, float]]] = {}  # rank -> (start, rank reached, when)
         for pair in halves.values():
             send, recv = events[pair["send"]], events[pair["recv"]]
             edges.setdefault(int(send["rank"]), []).append(
                 (float(send["start"]), int(recv["rank"]), float(recv["end"])))
-        for members in collective_groups(events).values():
+        joins: dict[int, list[tuple[float, int]]] = {}  # rank -> (start, collective) of its calls
+        self.returns: list[list[tuple[int, float]]] = []  # per collective: (member, when it returned)
+        for members in groups.values():
             for a in members:
-                edges.setdefault(int(events["rank"][a]), []).extend(
-                    (float(events["start"][a]), int(events["rank"][b]), float(events["end"][b]))
-                    for b in members if b != a)
+                joins.setdefault(int(events["rank"][a]), []).append((float(events["start"][a]), len(self.returns)))
+            self.returns.append([(int(events["rank"][b]), float(events["end"][b])) for b in members])
         self.edges = {rank: np.array(found, dtype=[("start", "f8"), ("rank", "i4"), ("when", "f8")])
                       for rank, found in edges.items()}
+        self.joins = {rank: np.array(found, dtype=[("start", "f8"), ("collective", "i4")])
+                      for rank, found in joins.items()}
 
     def reached_from(self, rank: int, when: float) -> dict[int, float]:
         """Per rank, the time from which its calls happen after ``rank``'s point ``when``
         (absent: none of them do). Ranks are settled earliest first, as in Dijkstra's method:
         whatever a rank reaches, it reaches later than it was reached itself."""
-        reach, settled = {rank: when}, set()
+        reach, settled, spread = {rank: when}, set(), set()
+
+        def reached(target: int, at: float) -> None:
+            if at < reach.get(target, np.inf):  # (NaN, a call that never returned, reaches nothing)
+                reach[target] = at
+
         while True:
             open_ranks = [r for r in reach if r not in settled]
             if not open_ranks:
@@ -356,20 +378,26 @@ class _Causality:
             current = min(open_ranks, key=reach.__getitem__)
             settled.add(current)
             edges = self.edges.get(current)
-            if edges is None:
-                continue
-            later = edges[(edges["start"] >= reach[current]) & ~np.isnan(edges["when"])]
-            for target in np.unique(later["rank"]):
-                earliest = float(later["when"][later["rank"] == target].min())
-                if earliest < reach.get(int(target), np.inf):
-                    reach[int(target)] = earliest
+            if edges is not None:
+                later = edges[edges["start"] >= reach[current]]
+                for target in np.unique(later["rank"]):
+                    reached(int(target), float(np.nanmin(later["when"][later["rank"] == target], initial=np.inf)))
+            joins = self.joins.get(current)
+            if joins is not None:
+                # a member's return is the same whoever reaches the collective: spread each once
+                for collective in joins["collective"][joins["start"] >= reach[current]].tolist():
+                    if collective not in spread:
+                        spread.add(collective)
+                        for member, returned in self.returns[collective]:
+                            reached(member, returned)
 
 
 def _left_behind(trace: Trace) -> list[Finding]:
     """Messages waiting that no receive took, and communicators dropped unfreed (see ``rank/_left``)."""
+    if not any(trace.left.values()):  # (the usual run: the trace's messages are not even matched)
+        return []
     events = trace.events
-    halves = trace.message_halves()
-    received = {pair["send"] for pair in halves.values()}
+    received = {pair["send"] for pair in trace.message_halves().values()}
     files = set(events["file"].tolist())
     found: list[Finding] = []
     dropped: dict[tuple[str, str, int], list] = {}

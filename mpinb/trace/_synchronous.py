@@ -24,7 +24,6 @@ from collections import defaultdict, deque
 import numpy as np
 
 from .._events import COLLECTIVE, LOCAL_DERIVING_CALLS, PROBE, RECV, SEND, WAIT
-from ._arrays import collective_groups
 
 BUFFERED_SENDS = frozenset({"Bsend", "bsend", "Ibsend", "ibsend"})
 
@@ -34,10 +33,12 @@ def nonblocking(op: str) -> bool:
     return op[:1] in ("I", "i") and op[1:2] != "p" and op[1:3] != "mp"  # (Iprobe, Improbe: probes)
 
 
-def stalled(events: np.ndarray, comms: dict[str, list[int]], halves: dict[int, dict[str, int]]) -> list[int]:
+def stalled(events: np.ndarray, comms: dict[str, list[int]], halves: dict[int, dict[str, int]],
+            groups: dict[tuple, list[int]]) -> list[int]:
     """Indices of the calls at which ranks would wait forever if nothing were buffered, one per
     rank left behind; empty if the run finishes that way too. ``halves``: the matched messages'
-    send and receive (``_arrays.message_halves``)."""
+    send and receive (``_arrays.message_halves``); ``groups``: the collectives' calls
+    (``_arrays.collective_groups``)."""
     ranks, kinds, ops = events["rank"].tolist(), events["kind"].tolist(), events["op"].tolist()
     starts = events["start"].tolist()
     steps: dict[int, list[list[int]]] = defaultdict(list)
@@ -52,7 +53,7 @@ def stalled(events: np.ndarray, comms: dict[str, list[int]], halves: dict[int, d
     partner = [-1] * len(events)
     for pair in halves.values():
         partner[pair["send"]], partner[pair["recv"]] = pair["recv"], pair["send"]
-    members_of = _collectives_held(events, comms)
+    members_of = _collectives_held(events, comms, groups)
     completed_in = _completed_in_waits(events)
 
     def needs(i: int) -> list[int]:
@@ -103,14 +104,15 @@ def _same_call(starts: list, ops: list, kinds: list, first: int, i: int) -> bool
     return starts[first] == starts[i] and ops[first] == ops[i] and {kinds[first], kinds[i]} == {SEND, RECV}
 
 
-def _collectives_held(events: np.ndarray, comms: dict[str, list[int]]) -> dict[int, list[int]]:
+def _collectives_held(events: np.ndarray, comms: dict[str, list[int]],
+                      groups: dict[tuple, list[int]]) -> dict[int, list[int]]:
     """Per blocking collective call, every member's call of that collective (where all are known)."""
     members_of: dict[int, list[int]] = {}
     ops = events["op"]
     # Create_group is collective over the new group only: on its parent, the members' k-th
     # collective calls are then not one operation, and the parent's collectives hold nothing.
     uneven = {str(events["comm"][i]) for i in np.flatnonzero(np.isin(ops, LOCAL_DERIVING_CALLS))}
-    for (comm, _), group in collective_groups(events).items():
+    for (comm, _), group in groups.items():
         members = comms.get(comm)
         if (members is not None and comm not in uneven and len(group) == len(members)
                 and len({ops[i] for i in group}) == 1):

@@ -57,6 +57,7 @@ class Trace:
         self._messages: list[dict] | None = None
         self._path: CriticalPath | None = None
         self._halves: dict[int, dict[str, int]] | None = None
+        self._groups: dict[tuple, list[int]] | None = None
         self._stalls: list[int] | None = None
         self.span = {r: (data["began"] + data["offset"] - origin, data["ended"] + data["offset"] - origin)
                      for r, data in per_rank.items()}
@@ -121,11 +122,17 @@ class Trace:
             self._halves = message_halves(self.events)
         return self._halves
 
+    def collective_groups(self) -> dict[tuple, list[int]]:
+        """``(comm, k)`` -> each member's call of the communicator's k-th collective (kept)."""
+        if self._groups is None:
+            self._groups = collective_groups(self.events)
+        return self._groups
+
     def synchronous_stalls(self) -> list[int]:
         """The calls where ranks would wait forever if no send were buffered and no collective
         ended early, one per rank (kept; see :mod:`._synchronous`)."""
         if self._stalls is None:
-            self._stalls = stalled(self.events, self.comms, self.message_halves())
+            self._stalls = stalled(self.events, self.comms, self.message_halves(), self.collective_groups())
         return self._stalls
 
     def _find_messages(self) -> list[dict]:
@@ -153,7 +160,7 @@ class Trace:
         """
         events = self.events
         found = []
-        for (comm, k), members in collective_groups(events).items():
+        for (comm, k), members in self.collective_groups().items():
             first = events[members[0]]
             found.append({"comm": comm, "index": k, "op": first["op"],
                           "ranks": [int(events["rank"][i]) for i in members],

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from .._events import WAIT
-from ._arrays import collective_groups, message_halves
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -45,7 +44,8 @@ def waits(trace: Trace) -> list[Wait]:
     """Every wait state of the trace, the longest first."""
     events = trace.events
     waited_in = _waited_in(events)
-    found = _point_to_point(events, waited_in) + _collective(events, waited_in)
+    found = (_point_to_point(events, waited_in, trace.message_halves())
+             + _collective(events, waited_in, trace.collective_groups()))
     longest: dict[tuple[int, float], Wait] = {}  # one loss per waiting call
     for w in found:
         key = (w["rank"], w["start"])
@@ -75,9 +75,9 @@ def _waited_in(events) -> np.ndarray:
     return blocked
 
 
-def _point_to_point(events, waited_in: np.ndarray) -> list[Wait]:
+def _point_to_point(events, waited_in: np.ndarray, halves: dict[int, dict[str, int]]) -> list[Wait]:
     found: list[Wait] = []
-    for pair in message_halves(events).values():
+    for pair in halves.values():
         send, recv = events[pair["send"]], events[pair["recv"]]
         receiving, sending = waited_in[pair["recv"]], waited_in[pair["send"]]
         if receiving >= 0 and events["start"][receiving] < send["start"]:
@@ -91,9 +91,9 @@ def _point_to_point(events, waited_in: np.ndarray) -> list[Wait]:
     return found
 
 
-def _collective(events, waited_in: np.ndarray) -> list[Wait]:
+def _collective(events, waited_in: np.ndarray, groups: dict[tuple, list[int]]) -> list[Wait]:
     found: list[Wait] = []
-    for members in collective_groups(events).values():
+    for members in groups.values():
         if len(members) < 2 or events["open"][members].any():
             continue  # a member never arrived: the hang's diagnosis says why
         last = max(members, key=lambda i: float(events["start"][i]))
