@@ -388,8 +388,25 @@ ZH: dict[str, str] = {
     "the request's Wait, or send a copy.":
         "{who}：第 {line} 行 {op} 的缓冲区在发送完成之前被修改了（第 {done} 行完成它时发现）：MPI 可能发送旧值、新值或"
         "两者的混合。请在请求的 Wait 之后再写这个缓冲区，或者发送一份副本。",
+    "{who}: the buffer of {op} at line {line} was written while the receive was pending (line {done} "
+    "completed it): it no longer holds what {send_op} at line {send_line} on rank {sender} sent. From the "
+    "post until the wait completes, a receive buffer belongs to MPI: reading it gives old or partial "
+    "values, writing it loses the message. Use the buffer only after the request's Wait.":
+        "{who}：第 {line} 行 {op} 的缓冲区在接收尚未完成时被写入了（第 {done} 行完成它）：它存放的已不是 rank {sender} "
+        "第 {send_line} 行 {send_op} 发送的内容。从发起接收到 wait 完成，接收缓冲区归 MPI 所有：此时读它会得到旧值或"
+        "不完整的值，写它会丢掉消息。请在请求的 Wait 之后再使用这个缓冲区。",
     "{op} at line {line}": "第 {line} 行的 {op}",
     "{op} at line {line} of an earlier cell": "之前某个单元格第 {line} 行的 {op}",
+    "line {line} of an earlier cell": "之前某个单元格的第 {line} 行",
+    "{who}: a window made by {where} was dropped without Free() ({count} so far in this pool): MPI keeps it, and "
+    "the memory it exposes, until the pool stops. Call Free() on it (on every rank of its communicator: it is "
+    "collective) when it is no longer needed.":
+        "{who}：由{where}创建的窗口没有调用 Free() 就被丢弃了（本进程池中迄今共 {count} 个）：MPI 会一直保留它"
+        "及其公开的内存，直到进程池停止。不再需要时请对它调用 Free()（这是集合操作：要在其通信域的每个 rank 上调用）。",
+    "{who}: a derived datatype (first used at {where}) was dropped without Free() ({count} so far in this pool): "
+    "MPI keeps it until the pool stops. Call Free() on it when it is no longer needed.":
+        "{who}：一个派生数据类型（首次使用于{where}）没有调用 Free() 就被丢弃了（本进程池中迄今共 {count} 个）："
+        "MPI 会一直保留它直到进程池停止。不再需要时请对它调用 Free()。",
     "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): MPI keeps it "
     "until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a cell run again and again "
     "runs out. Call Free() on it when it is no longer needed.":
@@ -422,8 +439,8 @@ ZH: dict[str, str] = {
         "槽位其余部分会悄无声息地保持原样；字节多了则会失败。请让计数与每个 rank 给出的数据一致。",
     "rank {sender} sends {sent} bytes to rank {receiver}, which expects {expected}":
         "rank {sender} 向 rank {receiver} 发送 {sent} 字节，而后者期望 {expected} 字节",
-    "Alltoallv at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a slot "
+    "{op} at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a slot "
     "as it was, silently, and more fail. Make each rank's send counts match its partners' receive counts.":
-        "第 {line} 行的 Alltoallv：{says}。MPI 只检查消息是否放得下：字节少了，槽位其余部分会悄无声息地保持原样；"
+        "第 {line} 行的 {op}：{says}。MPI 只检查消息是否放得下：字节少了，槽位其余部分会悄无声息地保持原样；"
         "字节多了则会失败。请让每个 rank 的发送计数与其伙伴的接收计数一致。",
 }

@@ -140,6 +140,32 @@ def test_a_send_buffer_changed_before_its_wait_is_found(pool4):
     assert pool4.run(twin, verify=True).findings == []
 
 
+def test_a_receive_buffer_written_before_its_wait_is_found(pool4):
+    # the Barrier after the send lets the message arrive before rank 1 writes over it
+    cell = textwrap.dedent("""\
+        b = np.zeros(4)
+        if rank == 1:
+            req = comm.Irecv(b, source=0, tag=7)
+        if rank == 0:
+            comm.Send(np.arange(4.0), dest=1, tag=7)
+        comm.Barrier()
+        if rank == 1:
+            b[0] = -1
+            req.Wait()
+        float(b[0])
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("receive-touched", 1, 3)]
+    assert str(result.findings[0]).startswith(
+        "rank 1: the buffer of Irecv at line 3 was written while the receive was pending (line 9 completed "
+        "it): it no longer holds what Send at line 5 on rank 0 sent.")
+    assert result.value[1] == -1.0, "verify changes nothing the code computes"
+    twin = cell.replace("    b[0] = -1\n    req.Wait()", "    req.Wait()\n    b[0] = -1")
+    assert pool4.run(twin, verify=True).findings == []
+    reads = cell.replace("    b[0] = -1\n", "    seen = b.copy()\n")  # a read is not seen: nothing to compare
+    assert pool4.run(reads, verify=True).findings == []
+
+
 def test_a_reduction_whose_ranks_give_different_ops_is_named(pool4):
     cell = "op = MPI.MAX if rank == 2 else MPI.SUM\nx = np.empty(4)\ncomm.Allreduce(np.ones(4), x, op=op)"
     if pool4.run("MPI.get_vendor()[0]").value[0] == "MPICH":
@@ -224,6 +250,26 @@ def test_an_alltoallv_whose_send_and_receive_counts_disagree_is_named(pool4):
         "Alltoallv at line 6: rank 1 sends 8 bytes to rank 2, which expects 16."), str(result.findings[0])
     right = pool4.run(cell.replace("2 if (rank, r) == (2, 1) else 1", "1"), verify=True)
     assert right.findings == []
+
+
+def test_an_alltoallw_whose_counts_disagree_is_named(pool4):
+    """As above with a datatype per partner: rank 3 expects two doubles from rank 0, which sends one."""
+    cell = textwrap.dedent("""\
+        types = [MPI.DOUBLE] * size
+        receive_counts = [2 if (rank, r) == (3, 0) else 1 for r in range(size)]
+        sent, got = np.full(size, float(rank)), np.zeros(sum(receive_counts))
+        received_at = [8 * int(d) for d in np.cumsum([0] + receive_counts[:-1])]
+        comm.Alltoallw([sent, [1] * size, [8 * r for r in range(size)], types],
+                       [got, (receive_counts, received_at), types])
+        got.tolist()
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("count-mismatch", 0, 5)]
+    assert str(result.findings[0]).startswith(
+        "Alltoallw at line 5: rank 0 sends 8 bytes to rank 3, which expects 16."), str(result.findings[0])
+    right = pool4.run(cell.replace("2 if (rank, r) == (3, 0) else 1", "1"), verify=True)
+    assert right.findings == []
+    assert right.value == {r: [0.0, 1.0, 2.0, 3.0] for r in range(4)}
 
 
 RACY_WILDCARD = """\
@@ -337,6 +383,45 @@ def test_a_communicator_dropped_without_free_is_named_with_the_call_that_made_it
                       "s2 = comm.Split(0); s2.free()")
     assert freed.findings == [], "freed, or held by another object that stands for it"
     assert pool4.run("copy.Free(); del copy").findings == []
+
+
+def test_a_window_dropped_without_free_is_named_with_the_call_that_made_it(pool4):
+    make = "win = MPI.Win.Allocate(8, comm=comm)\nwin.Fence(); win.Fence()"
+    assert pool4.run(make).findings == [], "kept in the namespace: for later cells"
+    again = pool4.run(make)
+    assert _checks(again) == [("window-dropped", 0, 1)]
+    assert str(again.findings[0]).startswith(
+        "ranks 0-3: a window made by Win.Allocate at line 1 of an earlier cell was dropped without Free() (")
+    in_one = pool4.run("def exposed():\n    return MPI.Win.Create(np.zeros(2), comm=comm)\nexposed()\nNone")
+    assert _checks(in_one) == [("window-dropped", 0, 2)]
+    kept = pool4.run("win.Free()\nw2 = MPI.Win.Create(np.zeros(2), comm=comm); w2.free()\n"
+                     "held = [MPI.Win.Allocate(8, comm=comm)]\n"
+                     "(isinstance(win, MPI.Win), type(held[0]) == MPI.Win, MPI.Win.__name__, bool(win))")
+    assert kept.findings == [], "freed (Free or free), or held in a list"
+    assert kept.value[0] == (True, True, "Win", False), "MPI.Win is still what mpi4py's is"
+    assert pool4.run("held[0].Free(); del held").findings == []
+
+
+def test_a_derived_datatype_dropped_without_free_is_named_where_first_used(pool4):
+    make = textwrap.dedent("""\
+        every_other = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+        a, b = np.arange(4.0), np.zeros(4)
+        comm.Sendrecv([a, 1, every_other], (rank + 1) % size, 0, [b, 1, every_other], (rank - 1) % size, 0)
+        b.tolist()
+        """)
+    first = pool4.run(make)
+    assert first.findings == [], "kept in the namespace: for later cells"
+    assert first.value[0] == [0.0, 0.0, 2.0, 0.0]
+    again = pool4.run(make)
+    assert _checks(again) == [("datatype-dropped", 0, 3)]
+    assert str(again.findings[0]).startswith(
+        "ranks 0-3: a derived datatype (first used at line 3 of an earlier cell) was dropped without Free() (")
+    freed = pool4.run("every_other.Free()\npair = MPI.DOUBLE.Create_contiguous(2).Commit()\n"
+                      "x = np.zeros(2)\nif rank == 0:\n    comm.Send([np.ones(2), 1, pair], dest=1)\n"
+                      "elif rank == 1:\n    comm.Recv([x, 1, pair], source=0)\npair.Free()\n"
+                      "y = np.zeros(2); same = MPI.Datatype(MPI.DOUBLE)\ncomm.Bcast([y, 2, same], root=0)\nx.tolist()")
+    assert freed.findings == [], "freed, or MPI's own"
+    assert freed.value[1] == [1.0, 1.0]
 
 
 def test_a_verified_run_gives_the_c_tracer_back(pool4):

@@ -3,10 +3,12 @@ polling, and the class identity of the twins (see :mod:`._traced` for the design
 
 from __future__ import annotations
 
+import copyreg
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from mpi4py import MPI
 
@@ -33,14 +35,30 @@ def arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
     return kwargs.get(name, default)
 
 
+def _datatypes_not_noted(spec: list | tuple) -> None:
+    pass
+
+
+note_datatypes = _datatypes_not_noted  # ``_left.used_datatypes`` once that is imported
+
+
+def receives_into(spec) -> None:
+    """A receive's buffer spec: its datatypes are noted (a send's are, by ``nbytes``)."""
+    if isinstance(spec, (list, tuple)) and len(spec) > 1:
+        note_datatypes(spec)
+
+
 def nbytes(spec) -> int:
-    """Size of an mpi4py buffer spec: an array, or ``[array, count, type]`` and friends."""
+    """Size of an mpi4py buffer spec: an array, or ``[array, count, type]`` and friends (whose
+    datatypes are noted: see ``_left.used_datatypes``)."""
     if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
         return 0
     size = getattr(spec, "nbytes", None)
     if size is not None:
         return int(size)
     if isinstance(spec, (list, tuple)):
+        if len(spec) > 1:
+            note_datatypes(spec)
         return nbytes(spec[0]) if spec else 0
     try:
         return memoryview(spec).nbytes
@@ -67,6 +85,14 @@ def call_site(depth: int = 2) -> tuple[str, int]:
     except ValueError:  # called from the top of a stack
         return "", 0
     return frame.f_code.co_filename, frame.f_lineno
+
+
+def user_site() -> tuple[str, int]:
+    """The innermost line outside mpinb: the user's line that led to this call."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        frame = frame.f_back
+    return ("", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 
 
 def peer_world(comm, peer) -> int | None:
@@ -172,6 +198,27 @@ class TwinClass(type):
 
     def __hash__(cls) -> int:
         return type.__hash__(cls.__dict__.get("_mpinb_plain", cls))
+
+
+_PLAIN_BY_NAME: dict[str, type] = {}
+
+
+def _plain_copy(name: str, obj):
+    return _PLAIN_BY_NAME[name](obj)
+
+
+def pickle_plain_copies(plain: type) -> None:
+    """Copies of mpi4py's own ``plain`` class (``MPI.Request(r)``) pickle while ``MPI`` names a
+    traced class in its place (pickle cannot name mpi4py's class then): as a copy, unpickled."""
+    _PLAIN_BY_NAME[plain.__name__] = plain
+
+    def reduce(obj):
+        reduced = obj.__reduce__()
+        if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is plain:
+            return _plain_copy, (plain.__name__, *reduced[1][1:])
+        return reduced
+
+    copyreg.pickle(plain, reduce)
 
 
 def converter(name: str):

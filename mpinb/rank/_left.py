@@ -1,6 +1,6 @@
 """What a traced run leaves behind on a rank, looked for when the run ends (cheap: on in every
 traced run that ended without an error): messages that arrived here and that no receive took,
-and communicators that user code made and dropped without freeing.
+and communicators, windows and derived datatypes that user code made and dropped without freeing.
 
 A message left waiting is taken by the next receive that matches it, in a later cell, instead of
 the message that receive waits for. A dropped communicator stays in MPI until the pool stops
@@ -10,21 +10,53 @@ context ids): a cell that splits a communicator and is run again and again runs 
 Only what MPI says is reported: a probe finds the waiting messages (a message received by a
 form mpinb does not trace is gone, so it is never told), and a communicator counts as dropped
 only when no object of user code holds it any more.
+
+Windows (made while ``MPI.Win`` is :class:`._windows.TracedWin`) and derived datatypes (seen
+when a traced call first uses one: a datatype never used in a traced call is not known) are
+held here until the end of the run: one that nothing else refers to by then was dropped, one
+that ``Free`` made null is forgotten. (mpi4py frees neither when its object goes.)
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
 from mpi4py import MPI
 
-from ._calls import PlainIntracomm
+from . import _calls
+from ._calls import PlainIntracomm, user_site
 from ._recorder import RECORDER as _rec
 
 # communicator id -> (the call that made it, file, line, the objects that stand for it)
 _made: dict[str, tuple[str, str, int, list[weakref.ref]]] = {}
 dropped_so_far = 0  # communicators that user code dropped without freeing, in this process
+
+# id of a window or derived datatype -> (kind, the object, the call that made it or first used it, file, line)
+_held: dict[int, tuple[str, Any, str, str, int]] = {}
+_predefined: dict[int, Any] = {}  # datatypes seen that are MPI's own (held: their ids stay theirs)
+held_dropped = {"window": 0, "datatype": 0}  # dropped without freeing, in this process
+_ONLY_HERE = 3  # references to a held object while ``look`` checks it: its entry, a local, the argument
+
+
+def made_window(window: Any, op: str) -> None:
+    """User code made ``window`` by ``op`` (``Create``, ``Allocate``...)."""
+    _held[id(window)] = ("window", window, op, *user_site())
+
+
+def used_datatypes(spec: list | tuple) -> None:
+    """Note the derived datatypes of a buffer spec (``[buf, count, vector]``) a traced call uses,
+    where first used."""
+    for item in spec[1:]:
+        if isinstance(item, MPI.Datatype) and id(item) not in _held and id(item) not in _predefined:
+            if item.is_predefined or not item:
+                _predefined[id(item)] = item
+            else:
+                _held[id(item)] = ("datatype", item, "", *user_site())
+
+
+_calls.note_datatypes = used_datatypes
 
 
 def made(twin: Any, op: str, where: tuple[str, int]) -> None:
@@ -59,6 +91,7 @@ def look(world: Any) -> list[tuple]:
             left.append(("dropped", cid, op, file, line, dropped_so_far))
         elif holder:  # (not one that Free() made null without mpinb: mpi4py's Comm.free of a copy)
             live.append(holder)
+    left += _held_dropped()
     status = MPI.Status()
     for comm in live:
         try:
@@ -71,4 +104,30 @@ def look(world: Any) -> list[tuple]:
                                  status.Get_count(MPI.BYTE)))
         except MPI.Exception:  # (a communicator that MPI no longer knows: nothing waits on it)
             continue
+    return left
+
+
+def _held_dropped() -> list[tuple]:
+    """``("dropped-window" or "dropped-datatype", op, file, line, so far)`` for each held object
+    nothing else refers to (and no other object of the same handle does)."""
+    for key, datatype in list(_predefined.items()):
+        if sys.getrefcount(datatype) <= _ONLY_HERE + 1:  # (+ the item of the list)
+            del _predefined[key]
+    if not _held:
+        return []
+    unreferenced, referenced_handles = [], set()
+    for key, entry in list(_held.items()):
+        obj = entry[1]
+        if not obj:  # freed
+            del _held[key]
+        elif sys.getrefcount(obj) <= _ONLY_HERE:
+            unreferenced.append(key)
+        else:
+            referenced_handles.add((entry[0], obj.handle))
+    left = []
+    for key in unreferenced:
+        kind, obj, op, file, line = _held.pop(key)
+        if (kind, obj.handle) not in referenced_handles:
+            held_dropped[kind] += 1
+            left.append((f"dropped-{kind}", op, file, line, held_dropped[kind]))
     return left

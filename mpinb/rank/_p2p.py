@@ -25,6 +25,7 @@ from ._calls import (
     named,
     nbytes,
     poll_result,
+    receives_into,
     revoked,
     with_status,
 )
@@ -65,6 +66,8 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
         where = call_site()
         if _verify.on and buf is not None:
             _verify.typed(start, SEND, buf)
+            if not nonblocking:
+                _verify.sent(start, buf)
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, NAN, posted, *where]
             if recording:
@@ -94,6 +97,7 @@ def _recv(name: str, lowercase: bool):
         source = arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         buf = arg(args, kwargs, 0, "buf")
+        receives_into(buf)
         where = call_site()
         describe = (_describe_receive, (self, name, source, tag, buf, where))
         start = _now()
@@ -157,11 +161,15 @@ def _irecv(name: str, lowercase: bool):
         source = arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, NAN, end, *call_site()]
+        if not lowercase:
+            receives_into(arg(args, kwargs, 0, "buf"))
+        twin = TracedRequest._wrap(request, event, rec.on)
         if _verify.on and not lowercase:
             _verify.typed(start, RECV, arg(args, kwargs, 0, "buf"))
+            _verify.posted_receive(twin, arg(args, kwargs, 0, "buf"), start)
         if rec.on:
             rec.add(event)
-        return TracedRequest._wrap(request, event, rec.on)
+        return twin
 
     return named(method, base)
 
@@ -197,10 +205,14 @@ def _sendrecv(name: str, lowercase: bool, replace: bool):
                      tag=arg(args, kwargs, 2, "sendtag", 0),
                      source=arg(args, kwargs, source_at, "source", MPI.ANY_SOURCE),
                      recvtag=arg(args, kwargs, recvtag_at, "recvtag", MPI.ANY_TAG), where=call_site())
+        if not lowercase and not replace:
+            receives_into(arg(args, kwargs, 3, "recvbuf"))
         start = _now()
         result, sent = exchange(call, status_at)
         if _verify.on and not lowercase:
             _verify.typed(start, SEND, arg(args, kwargs, 0, "buf" if replace else "sendbuf"))
+            if not replace:  # (a replaced buffer holds what arrived by now)
+                _verify.sent(start, arg(args, kwargs, 0, "sendbuf"))
             _verify.typed(start, RECV, arg(args, kwargs, 0, "buf") if replace else arg(args, kwargs, 3, "recvbuf"))
         if _rec.on:
             end, cid, received = _now(), self._mpinb_id, status.Get_count(BYTE)

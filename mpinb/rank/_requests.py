@@ -3,14 +3,13 @@ described on the status channel); a completion fills in the event of the call th
 
 from __future__ import annotations
 
-import copyreg
 from time import perf_counter as _now
 
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, WAIT, world_rank
 from .._protocol import WaitState, wait_state
-from ._calls import BYTE, PlainRequest, TwinClass, call_site, converter, first_item, poll_result
+from ._calls import BYTE, PlainRequest, TwinClass, call_site, converter, first_item, pickle_plain_copies, poll_result
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -215,20 +214,7 @@ Request = TracedRequest  # its name, as mpi4py's (cffi and users read ``MPI.Requ
 Request.__name__ = Request.__qualname__ = "Request"
 
 
-def _plain_request(request) -> MPI.Request:
-    """Unpickles a copy of mpi4py's own Request class (pickle cannot name that class while
-    ``MPI.Request`` is the traced one)."""
-    return PlainRequest(request)
-
-
-def _reduce_plain_request(request):
-    reduced = request.__reduce__()
-    if isinstance(reduced, tuple) and len(reduced) == 2 and reduced[1][0] is PlainRequest:
-        return _plain_request, reduced[1][1:]
-    return reduced
-
-
-copyreg.pickle(PlainRequest, _reduce_plain_request)
+pickle_plain_copies(PlainRequest)
 
 
 def _wait_any(name: str, test_any, requests, status):

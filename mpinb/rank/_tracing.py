@@ -15,6 +15,7 @@ from ._collectives import set_epoch
 from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
 from ._traced import PYTHON_OF_C, TWIN_CLASSES, traced
+from ._windows import PlainWin, TracedWin
 
 _plain_world = MPI.COMM_WORLD
 _traced_world: Any = None  # the world's twin (it carries mpinb's attributes)
@@ -22,7 +23,7 @@ _housekeeping: MPI.Intracomm | None = None  # mpinb's own copy of the world, nev
 
 
 def install(namespace: dict) -> None:
-    """Make ``MPI.COMM_WORLD``, the namespace's ``comm`` and ``MPI.Request`` the traced ones."""
+    """Make ``MPI.COMM_WORLD``, the namespace's ``comm``, ``MPI.Request`` and ``MPI.Win`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
     # Ranks reach this point at different times while they start on shared cores; waiting in a
@@ -117,6 +118,7 @@ def _use(namespace: dict, traced_calls: bool) -> None:
     old, new = (_plain_world, _traced_world) if traced_calls else (_traced_world, _plain_world)
     MPI.COMM_WORLD = new  # type: ignore[misc]  # on purpose: user code finds the twin there
     MPI.Request = TracedRequest if traced_calls else PlainRequest  # type: ignore[misc]
+    MPI.Win = TracedWin if traced_calls else PlainWin  # type: ignore[misc]
     if namespace.get("comm") is old:
         namespace["comm"] = new
 

@@ -1,6 +1,7 @@
 """What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
 :mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
-receives, a nonblocking send's buffer changed before the send completed, and the bytes and op
+receives, a nonblocking send's buffer changed before the send completed, what a send sent and
+what a nonblocking receive's buffer held when it completed (a digest each), and the bytes and op
 each member of a polled collective gave (``_collectives.signature``), the counts of the
 collectives whose counts differ by member (``counted``), and the blocking receives from
 ``ANY_SOURCE`` (whether their caller reads the status).
@@ -18,7 +19,7 @@ from typing import Any
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, SEND
-from ._calls import PACKAGE_DIR, RECEIVE_BUFFER, SEND_BUFFER, arg, call_site
+from ._calls import RECEIVE_BUFFER, SEND_BUFFER, arg, user_site
 from ._requests import TRACED_CLASSES, TracedRequest
 
 on = False
@@ -97,11 +98,12 @@ _COUNTED = {"Allgatherv": (SEND_BUFFER, RECEIVE_BUFFER), "Gatherv": (SEND_BUFFER
 def counted(start: float, name: str, args: tuple, kwargs: dict) -> None:
     """For a collective whose counts differ by member (``Allgatherv``, ``Gatherv``, ``Scatterv``):
     the bytes this member gives (or, scattered, takes) and the bytes per member its counts say
-    (the root's or every member's); for ``Alltoallv``, the bytes it sends to and receives from
+    (the root's or every member's); for ``Alltoallv`` and ``Alltoallw``, the bytes it sends to and receives from
     each member. The trace compares them. Forms not read here are not noted."""
-    if name == "Alltoallv":
-        sends = _unless_unreadable(_counted_bytes, arg(args, kwargs, *SEND_BUFFER))
-        receives = _unless_unreadable(_counted_bytes, arg(args, kwargs, *RECEIVE_BUFFER))
+    if name in _EXCHANGES:
+        read = _EXCHANGES[name]
+        sends = _unless_unreadable(read, arg(args, kwargs, *SEND_BUFFER))
+        receives = _unless_unreadable(read, arg(args, kwargs, *RECEIVE_BUFFER))
         if sends is not None and receives is not None:
             notes.append((start, COLLECTIVE, "exchange-counts", sends, receives))
         return
@@ -148,6 +150,19 @@ def _counted_bytes(spec) -> tuple[int, ...] | None:
     return tuple(int(count) * size for count in counts)
 
 
+def _weighted_bytes(spec) -> tuple[int, ...] | None:
+    """Bytes per member from an ``Alltoallw`` spec: ``[buf, counts, displs, datatypes]`` or
+    ``[buf, (counts, displs), datatypes]`` (a datatype per member)."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+        return None
+    counts = spec[1][0] if len(spec) == 3 else spec[1]
+    return tuple(int(count) * datatype.Get_size() for count, datatype in zip(counts, spec[-1], strict=True))
+
+
+# per collective where each member sends to and receives from every other: how to read its specs
+_EXCHANGES = {"Alltoallv": _counted_bytes, "Alltoallw": _weighted_bytes}
+
+
 def _digest(spec) -> tuple[memoryview, int] | None:
     if isinstance(spec, (list, tuple)):
         spec = spec[0] if spec else None
@@ -158,8 +173,31 @@ def _digest(spec) -> tuple[memoryview, int] | None:
     return view, zlib.crc32(view)
 
 
+def _message_bytes(spec) -> memoryview | None:
+    """The bytes a send takes from (a receive puts into) a buffer given alone or with a basic
+    datatype, from its start; ``None`` where a datatype, count or offset says otherwise."""
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != 2 or not isinstance(spec[1], MPI.Datatype) or not spec[1].is_predefined:
+            return None
+        spec = spec[0]
+    if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
+        return None
+    try:
+        return memoryview(spec).cast("B")
+    except (TypeError, ValueError):  # (not contiguous, or not a buffer)
+        return None
+
+
+def sent(start: float, spec: object) -> None:
+    """A digest of what a send sends, to compare with what its receive's buffer holds at completion."""
+    view = _message_bytes(spec)
+    if view is not None:
+        notes.append((start, SEND, "digest", zlib.crc32(view), len(view)))
+
+
 def posted_send(request: Any, spec: object, start: float) -> None:
     """A nonblocking send's request: checked, when it completes, for a buffer changed meanwhile."""
+    sent(start, spec)
     digest = _digest(spec)
     if digest is None or type(request) is not TracedRequest:
         return
@@ -167,29 +205,37 @@ def posted_send(request: Any, spec: object, start: float) -> None:
     vars(request)["_mpinb_sent"] = (*digest, start)
 
 
+def posted_receive(request: Any, spec: object, start: float) -> None:
+    """A nonblocking receive's request: what its buffer holds when it completes is noted, for the
+    trace to compare with what the matched send sent (a write to the buffer meanwhile shows)."""
+    view = _message_bytes(spec)
+    if view is None or type(request) is not TracedRequest:
+        return
+    request.__class__ = _VerifiedRequest
+    vars(request)["_mpinb_receiving"] = (view, start)
+
+
 class _VerifiedRequest(TracedRequest):
-    """A nonblocking send's request whose buffer is compared, at completion, with what was posted."""
+    """A nonblocking call's request whose buffer is looked at when it completes: a send's is
+    compared with what was posted, a receive's digest is noted."""
 
     _mpinb_plain = TracedRequest._mpinb_plain
 
     def _done(self, status) -> None:
-        sent = self.__dict__.pop("_mpinb_sent", None)
-        if sent is not None and getattr(self, "_event", None) is not None:
-            view, digest, begun = sent
-            if zlib.crc32(view) != digest:
-                notes.append((begun, SEND, "touched", *_user_site()))
+        posted = self.__dict__.pop("_mpinb_sent", None)
+        receiving = self.__dict__.pop("_mpinb_receiving", None)
+        if getattr(self, "_event", None) is not None:
+            if posted is not None:
+                view, digest, begun = posted
+                if zlib.crc32(view) != digest:
+                    notes.append((begun, SEND, "touched", *user_site()))
+            if receiving is not None:
+                view, begun = receiving
+                count = status.Get_count(MPI.BYTE)
+                if 0 < count <= len(view):
+                    notes.append((begun, RECV, "delivered", zlib.crc32(view[:count]), count, *user_site()))
         super()._done(status)
 
 
 _VerifiedRequest.__name__ = _VerifiedRequest.__qualname__ = TracedRequest.__name__
 TRACED_CLASSES.add(id(_VerifiedRequest))
-
-
-def _user_site() -> tuple[str, int]:
-    """The user's line that completed the request: the first frame outside mpinb."""
-    depth = 3
-    while True:
-        file, line = call_site(depth)
-        if not file.startswith(PACKAGE_DIR):
-            return file, line
-        depth += 1

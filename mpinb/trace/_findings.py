@@ -4,14 +4,18 @@ On in every traced run (cheap): nonblocking calls that no wait or test saw compl
 ``verify`` (the ranks noted more, see :mod:`mpinb.rank._verify`): exchanges that finish only
 because MPI buffered a message or let a collective end early (see :mod:`._synchronous`), a
 message received into a buffer of another element type, the buffer of a nonblocking send
-changed before the send completed, and a receive from ``ANY_SOURCE`` whose match depends on timing.
+changed before the send completed, a nonblocking receive's buffer written after the message
+arrived and before the receive completed (it no longer holds what was sent), collectives whose
+members disagree (op, root, bytes, counts), and a receive from ``ANY_SOURCE`` whose match
+depends on timing.
 
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
 
 Also on in every traced run: what a run left behind (:mod:`mpinb.rank._left`): a message that
 arrived and that no receive took, found by MPI's own probe (a message received by a form mpinb
-does not trace is gone, so it is never told), and a communicator dropped without ``Free``.
+does not trace is gone, so it is never told), and a communicator, window or derived datatype
+dropped without ``Free``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ if TYPE_CHECKING:
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
     (``"never-completed"``, ``"unreceived"``, ``"communicator-dropped"``, ``"buffering"``,
-    ``"type-mismatch"``, ``"buffer-touched"``, ``"collective-mismatch"``, ``"count-mismatch"``,
+    ``"type-mismatch"``, ``"buffer-touched"``, ``"receive-touched"``, ``"collective-mismatch"``,
+    ``"count-mismatch"``, ``"window-dropped"``, ``"datatype-dropped"``,
     ``"wildcard-race"``), ``text``
     says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
 
@@ -69,6 +74,7 @@ def findings(trace: Trace) -> list[Finding]:
         found += (_collective_mismatches(events, checks, trace.comms, groups)
                   + _count_mismatches(events, checks, trace.comms, groups) + _buffering(trace)
                   + _type_mismatches(events, checks, halves) + _touched(events, checks)
+                  + _receive_touched(events, checks, halves)
                   + _wildcard_races(events, checks, halves, groups))
     return found
 
@@ -108,14 +114,15 @@ def _collective_mismatches(events, checks: list, comms: dict[str, list[int]],
 def _count_mismatches(events, checks: list, comms: dict[str, list[int]],
                       groups: dict[tuple, list[int]]) -> list[Finding]:
     """``Allgatherv``, ``Gatherv``, ``Scatterv`` whose counts (the root's, or every member's) do
-    not say what each member gives (scattered: takes), as a verified run noted them
+    not say what each member gives (scattered: takes), and ``Alltoallv``, ``Alltoallw`` whose
+    send counts do not say what the partners' receive counts expect, as a verified run noted them
     (``rank/_verify.counted``). MPI checks only that a message fits: fewer bytes leave the rest of
     the member's slot as it was, silently."""
     found = []
     seen: set[tuple] = set()
     for (comm, _), group in groups.items():
         members = comms.get(comm)
-        if members and str(events["op"][group[0]]) == "Alltoallv":
+        if members and str(events["op"][group[0]]) in ("Alltoallv", "Alltoallw"):
             found += _exchange_mismatch(events, checks, group, members, seen)
             continue
         noted: dict[int, tuple] = {}
@@ -156,7 +163,8 @@ def _count_mismatches(events, checks: list, comms: dict[str, list[int]],
 
 
 def _exchange_mismatch(events, checks: list, group: list[int], members: list[int], seen: set) -> list[Finding]:
-    """An ``Alltoallv`` where what one member sends another is not what that one expects from it."""
+    """An ``Alltoallv`` or ``Alltoallw`` where what one member sends another is not what that one
+    expects from it."""
     noted: dict[int, tuple] = {}
     for i in group:
         value = _noted(checks[i], "exchange-counts")
@@ -164,7 +172,7 @@ def _exchange_mismatch(events, checks: list, group: list[int], members: list[int
             return []
         noted[int(events["rank"][i])] = value
     first = min(group, key=lambda i: int(events["rank"][i]))
-    key = ("Alltoallv", int(events["line"][first]))
+    key = (str(events["op"][first]), int(events["line"][first]))
     if key in seen or len(noted) != len(members):
         return []
     wrong = [(sender, receiver, noted[sender][0][j], noted[receiver][1][i])
@@ -177,9 +185,9 @@ def _exchange_mismatch(events, checks: list, group: list[int], members: list[int
                          sender=sender, sent=sent, receiver=receiver, expected=expected)
                      for sender, receiver, sent, expected in wrong[:4])
     return [_finding(events[first], "count-mismatch", say(
-        "Alltoallv at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a "
+        "{op} at line {line}: {says}. MPI checks only that a message fits: fewer bytes leave the rest of a "
         "slot as it was, silently, and more fail. Make each rank's send counts match its partners' receive "
-        "counts.", line=key[1], says=says))]
+        "counts.", op=key[0], line=key[1], says=says))]
 
 
 def _who(ranks) -> str:
@@ -280,6 +288,36 @@ def _touched(events, checks: list) -> list[Finding]:
         "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
         "the request's Wait, or send a copy.", who=_who(sorted(set(ranks))), op=key[0], line=key[1], done=key[2]))
         for key, ranks in seen.items()]
+
+
+def _receive_touched(events, checks: list, halves: dict[int, dict[str, int]]) -> list[Finding]:
+    """Nonblocking receives whose buffer, when they completed, did not hold what the matched send
+    sent (same bytes, same type, the send's own buffer unchanged): user code wrote to it after
+    the message arrived. (A write before the message arrived is overwritten and not seen; a read
+    of a pending buffer changes nothing that can be compared.)"""
+    seen: dict[tuple, list[int]] = {}
+    first: dict[tuple, tuple[int, int]] = {}
+    for pair in halves.values():
+        send, recv = pair["send"], pair["recv"]
+        delivered, digest = _noted(checks[recv], "delivered"), _noted(checks[send], "digest")
+        if delivered is None or digest is None or delivered[1] != digest[1] or delivered[0] == digest[0]:
+            continue
+        if _noted(checks[send], "touched") or _typecode(checks[send]) != _typecode(checks[recv]):
+            continue  # (told as the send's own finding, or as a type mismatch)
+        key = (str(events["op"][recv]), int(events["line"][recv]), int(delivered[3]))
+        seen.setdefault(key, []).append(int(events["rank"][recv]))
+        first.setdefault(key, (send, recv))
+    found = []
+    for key, receivers in seen.items():
+        send, recv = first[key]
+        found.append(_finding(events[recv], "receive-touched", say(
+            "{who}: the buffer of {op} at line {line} was written while the receive was pending (line {done} "
+            "completed it): it no longer holds what {send_op} at line {send_line} on rank {sender} sent. From the "
+            "post until the wait completes, a receive buffer belongs to MPI: reading it gives old or partial "
+            "values, writing it loses the message. Use the buffer only after the request's Wait.",
+            who=_who(sorted(set(receivers))), op=key[0], line=key[1], done=key[2], send_op=str(events["op"][send]),
+            send_line=int(events["line"][send]), sender=int(events["rank"][send]))))
+    return found
 
 
 _RACES_ANALYSED = 2_000  # wildcard receives looked at per run (each one is a walk of the run's order)
@@ -393,32 +431,53 @@ class _Causality:
 
 
 def _left_behind(trace: Trace) -> list[Finding]:
-    """Messages waiting that no receive took, and communicators dropped unfreed (see ``rank/_left``)."""
+    """Messages waiting that no receive took, and communicators, windows and derived datatypes
+    dropped unfreed (see ``rank/_left``)."""
     if not any(trace.left.values()):  # (the usual run: the trace's messages are not even matched)
         return []
     events = trace.events
     received = {pair["send"] for pair in trace.message_halves().values()}
     files = set(events["file"].tolist())
     found: list[Finding] = []
-    dropped: dict[tuple[str, str, int], list] = {}
+    dropped: dict[tuple[str, str, str, int], list] = {}
     for rank, left in sorted(trace.left.items()):
         for what in left:
             if what[0] == "unreceived":
                 found.append(_unreceived(trace, received, rank, *what[1:]))
-            elif what[0] == "dropped":
-                _, op, file, line, so_far = what[1:]  # (members of one Split's parts get ids of their own)
-                entry = dropped.setdefault((op, file, line), [so_far, []])
+            elif what[0] in _DROPPED:
+                # (members of one Split's parts get communicator ids of their own: told once)
+                what = ("dropped", *what[2:]) if what[0] == "dropped" else what
+                kind, op, file, line, so_far = what
+                entry = dropped.setdefault((kind, op, file, line), [so_far, []])
                 entry[0] = max(entry[0], so_far)
                 entry[1].append(rank)
-    for (op, file, line), (so_far, ranks) in dropped.items():
-        where = say("{op} at line {line}", op=op, line=line) if file in files else \
-            say("{op} at line {line} of an earlier cell", op=op, line=line)
-        found.append(Finding("communicator-dropped", min(ranks), file, line, say(
-            "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): "
-            "MPI keeps it until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a cell "
-            "run again and again runs out. Call Free() on it when it is no longer needed.",
-            who=_who(sorted(ranks)), where=where, count=so_far)))
+    for (kind, op, file, line), (so_far, ranks) in dropped.items():
+        check, text = _DROPPED[kind]
+        if not op:  # a datatype: where a traced call first used it
+            where = say("line {line}", line=line) if file in files else \
+                say("line {line} of an earlier cell", line=line)
+        else:
+            where = say("{op} at line {line}", op=op, line=line) if file in files else \
+                say("{op} at line {line} of an earlier cell", op=op, line=line)
+        found.append(Finding(check, min(ranks), file, line, say(
+            text, who=_who(sorted(ranks)), where=where, count=so_far)))
     return found
+
+
+_DROPPED = {
+    "dropped": ("communicator-dropped",
+                "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): "
+                "MPI keeps it until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a "
+                "cell run again and again runs out. Call Free() on it when it is no longer needed."),
+    "dropped-window": ("window-dropped",
+                       "{who}: a window made by {where} was dropped without Free() ({count} so far in this pool): "
+                       "MPI keeps it, and the memory it exposes, until the pool stops. Call Free() on it (on "
+                       "every rank of its communicator: it is collective) when it is no longer needed."),
+    "dropped-datatype": ("datatype-dropped",
+                         "{who}: a derived datatype (first used at {where}) was dropped without Free() ({count} so "
+                         "far in this pool): MPI keeps it until the pool stops. Call Free() on it when it is no "
+                         "longer needed."),
+}
 
 
 def _unreceived(trace: Trace, received: set[int], rank: int, comm: str, source: int, tag: int,
