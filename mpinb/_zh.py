@@ -397,6 +397,16 @@ ZH: dict[str, str] = {
         "不完整的值，写它会丢掉消息。请在请求的 Wait 之后再使用这个缓冲区。",
     "{op} at line {line}": "第 {line} 行的 {op}",
     "{op} at line {line} of an earlier cell": "之前某个单元格第 {line} 行的 {op}",
+    "{who}: {op} at line {line} {uses} memory that {other_op} at line {other_line}, still pending, "
+    "{other_uses}: MPI may write one over the other while both are in flight (MPI forbids it). Give "
+    "each pending call a buffer of its own, or wait for the first before the second starts.":
+        "{who}：第 {line} 行的 {op} {uses}的内存，与仍未完成的第 {other_line} 行 {other_op} {other_uses}的内存重叠："
+        "两者同时进行时，MPI 可能用一个覆盖另一个（MPI 禁止这样做）。请给每个未完成的调用各自的缓冲区，"
+        "或者先等第一个完成再开始第二个。",
+    "receives into": "接收写入",
+    "sends from": "发送读取",
+    "receives into too": "接收写入",
+    "sends from too": "发送读取",
     "line {line} of an earlier cell": "之前某个单元格的第 {line} 行",
     "{who}: a window made by {where} was dropped without Free() ({count} so far in this pool): MPI keeps it, and "
     "the memory it exposes, until the pool stops. Call Free() on it (on every rank of its communicator: it is "

@@ -166,6 +166,31 @@ def test_a_receive_buffer_written_before_its_wait_is_found(pool4):
     assert pool4.run(reads, verify=True).findings == []
 
 
+def test_two_pending_calls_on_the_same_memory_are_found(pool4):
+    cell = textwrap.dedent("""\
+        b = np.zeros(8)
+        left, right = (rank - 1) % size, (rank + 1) % size
+        first = comm.Irecv(b[:4], source=left, tag=1)
+        second = comm.Irecv(b[2:6], source=right, tag=2)
+        comm.Send(np.ones(4), dest=right, tag=1); comm.Send(np.ones(4), dest=left, tag=2)
+        MPI.Request.Waitall([first, second])
+        """)
+    result = pool4.run(cell, verify=True)
+    assert _checks(result) == [("buffer-overlap", 0, 4)]
+    assert str(result.findings[0]).startswith(
+        "ranks 0-3: Irecv at line 4 receives into memory that Irecv at line 3, still pending, receives into too:")
+    twin = cell.replace("b[2:6]", "b[4:]")
+    assert pool4.run(twin, verify=True).findings == []
+    two_sends = textwrap.dedent("""\
+        a, x, y = np.ones(4), np.zeros(4), np.zeros(4)
+        reqs = [comm.Isend(a, dest=(rank + 1) % size), comm.Isend(a, dest=(rank - 1) % size)]
+        comm.Recv(x, source=MPI.ANY_SOURCE); comm.Recv(y, source=MPI.ANY_SOURCE)
+        MPI.Request.Waitall(reqs)
+        """)
+    assert not [f for f in pool4.run(two_sends, verify=True).findings if f.check == "buffer-overlap"], \
+        "two sends may read the same memory"
+
+
 def test_a_reduction_whose_ranks_give_different_ops_is_named(pool4):
     cell = "op = MPI.MAX if rank == 2 else MPI.SUM\nx = np.empty(4)\ncomm.Allreduce(np.ones(4), x, op=op)"
     if pool4.run("MPI.get_vendor()[0]").value[0] == "MPICH":

@@ -68,6 +68,7 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
             _verify.typed(start, SEND, buf)
             if not nonblocking:
                 _verify.sent(start, buf)
+                _verify.overlapping(start, SEND, buf)
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, NAN, posted, *where]
             if recording:
@@ -111,6 +112,7 @@ def _recv(name: str, lowercase: bool):
         if _verify.on:
             if not lowercase:
                 _verify.typed(start, RECV, buf)
+                _verify.overlapping(start, RECV, buf)
             if source == MPI.ANY_SOURCE:
                 _verify.wildcard(start, tag, given_status is not None)
         if rec.on:

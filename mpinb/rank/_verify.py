@@ -1,7 +1,8 @@
 """What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
 :mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
 receives, a nonblocking send's buffer changed before the send completed, what a send sent and
-what a nonblocking receive's buffer held when it completed (a digest each), and the bytes and op
+what a nonblocking receive's buffer held when it completed (a digest each), a buffer that shares
+memory with a pending call's where either receives, and the bytes and op
 each member of a polled collective gave (``_collectives.signature``), the counts of the
 collectives whose counts differ by member (``counted``), and the blocking receives from
 ``ANY_SOURCE`` (whether their caller reads the status).
@@ -32,6 +33,7 @@ def start(classes, python_methods: dict) -> dict:
     """Turn the notes on for one run; the twin classes' methods that were replaced (to restore)."""
     global on
     notes.clear()
+    _pending.clear()
     on = True
     replaced = {}
     for cls in classes:
@@ -47,6 +49,7 @@ def stop(replaced: dict) -> list[tuple]:
     """Turn the notes off and put the C methods back; the run's notes."""
     global on
     on = False
+    _pending.clear()
     for (cls, name), method in replaced.items():
         setattr(cls, name, method)
     taken = list(notes)
@@ -195,14 +198,43 @@ def sent(start: float, spec: object) -> None:
         notes.append((start, SEND, "digest", zlib.crc32(view), len(view)))
 
 
+# memory of nonblocking calls still pending on this rank: id(request) -> (first address, end,
+# whether it receives, its op, its line)
+_pending: dict[int, tuple[int, int, bool, str, int]] = {}
+
+
+def _region(view: memoryview) -> tuple[int, int] | None:
+    if not len(view):
+        return None
+    address = MPI.buffer(view).address
+    return address, address + len(view)
+
+
+def overlapping(start: float, kind: int, spec: object) -> tuple[int, int] | None:
+    """Note a call whose buffer shares memory with a pending nonblocking call's, where either
+    receives (MPI may write one over the other: erroneous, says the standard); its memory."""
+    view = _message_bytes(spec)
+    region = None if view is None else _region(view)
+    if region is None:
+        return None
+    low, high = region
+    for other_low, other_high, other_receives, op, line in _pending.values():
+        if low < other_high and other_low < high and (kind == RECV or other_receives):
+            notes.append((start, kind, "overlap", op, line, other_receives))
+            break
+    return region
+
+
 def posted_send(request: Any, spec: object, start: float) -> None:
     """A nonblocking send's request: checked, when it completes, for a buffer changed meanwhile."""
     sent(start, spec)
+    region = overlapping(start, SEND, spec)
     digest = _digest(spec)
     if digest is None or type(request) is not TracedRequest:
         return
     request.__class__ = _VerifiedRequest
     vars(request)["_mpinb_sent"] = (*digest, start)
+    _pend(request, region, receives=False)
 
 
 def posted_receive(request: Any, spec: object, start: float) -> None:
@@ -211,8 +243,16 @@ def posted_receive(request: Any, spec: object, start: float) -> None:
     view = _message_bytes(spec)
     if view is None or type(request) is not TracedRequest:
         return
+    region = overlapping(start, RECV, spec)
     request.__class__ = _VerifiedRequest
     vars(request)["_mpinb_receiving"] = (view, start)
+    _pend(request, region, receives=True)
+
+
+def _pend(request: Any, region: tuple[int, int] | None, receives: bool) -> None:
+    what = request._what
+    if region is not None and what is not None:
+        _pending[id(request)] = (*region, receives, what[0], what[-1])
 
 
 class _VerifiedRequest(TracedRequest):
@@ -222,6 +262,7 @@ class _VerifiedRequest(TracedRequest):
     _mpinb_plain = TracedRequest._mpinb_plain
 
     def _done(self, status) -> None:
+        _pending.pop(id(self), None)
         posted = self.__dict__.pop("_mpinb_sent", None)
         receiving = self.__dict__.pop("_mpinb_receiving", None)
         if getattr(self, "_event", None) is not None:

@@ -5,7 +5,8 @@ On in every traced run (cheap): nonblocking calls that no wait or test saw compl
 because MPI buffered a message or let a collective end early (see :mod:`._synchronous`), a
 message received into a buffer of another element type, the buffer of a nonblocking send
 changed before the send completed, a nonblocking receive's buffer written after the message
-arrived and before the receive completed (it no longer holds what was sent), collectives whose
+arrived and before the receive completed (it no longer holds what was sent), two calls whose
+buffers share memory while one of them is pending and either receives, collectives whose
 members disagree (op, root, bytes, counts), and a receive from ``ANY_SOURCE`` whose match
 depends on timing.
 
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 class Finding:
     """One thing a run did that works only by accident: ``check`` names the kind
     (``"never-completed"``, ``"unreceived"``, ``"communicator-dropped"``, ``"buffering"``,
-    ``"type-mismatch"``, ``"buffer-touched"``, ``"receive-touched"``, ``"collective-mismatch"``,
+    ``"type-mismatch"``, ``"buffer-touched"``, ``"receive-touched"``, ``"buffer-overlap"``,
+    ``"collective-mismatch"``,
     ``"count-mismatch"``, ``"window-dropped"``, ``"datatype-dropped"``,
     ``"wildcard-race"``), ``text``
     says what and the fix; ``rank``, ``file`` and ``line`` are where it shows first."""
@@ -74,7 +76,7 @@ def findings(trace: Trace) -> list[Finding]:
         found += (_collective_mismatches(events, checks, trace.comms, groups)
                   + _count_mismatches(events, checks, trace.comms, groups) + _buffering(trace)
                   + _type_mismatches(events, checks, halves) + _touched(events, checks)
-                  + _receive_touched(events, checks, halves)
+                  + _receive_touched(events, checks, halves) + _overlaps(events, checks)
                   + _wildcard_races(events, checks, halves, groups))
     return found
 
@@ -317,6 +319,29 @@ def _receive_touched(events, checks: list, halves: dict[int, dict[str, int]]) ->
             "values, writing it loses the message. Use the buffer only after the request's Wait.",
             who=_who(sorted(set(receivers))), op=key[0], line=key[1], done=key[2], send_op=str(events["op"][send]),
             send_line=int(events["line"][send]), sender=int(events["rank"][send]))))
+    return found
+
+
+def _overlaps(events, checks: list) -> list[Finding]:
+    """Calls whose buffer shares memory with a pending nonblocking call's, where either receives."""
+    seen: dict[tuple, list[int]] = {}
+    first: dict[tuple, int] = {}
+    for i, noted in enumerate(checks):
+        overlap = _noted(noted, "overlap")
+        if overlap is not None:
+            key = (str(events["op"][i]), int(events["line"][i]), int(events["kind"][i]) == RECV, *overlap)
+            seen.setdefault(key, []).append(int(events["rank"][i]))
+            first.setdefault(key, i)
+    found = []
+    for key, ranks in seen.items():
+        op, line, receives, other_op, other_line, other_receives = key
+        found.append(_finding(events[first[key]], "buffer-overlap", say(
+            "{who}: {op} at line {line} {uses} memory that {other_op} at line {other_line}, still pending, "
+            "{other_uses}: MPI may write one over the other while both are in flight (MPI forbids it). Give "
+            "each pending call a buffer of its own, or wait for the first before the second starts.",
+            who=_who(sorted(set(ranks))), op=op, line=line, other_op=other_op, other_line=other_line,
+            uses=say("receives into") if receives else say("sends from"),
+            other_uses=say("receives into too") if other_receives else say("sends from too"))))
     return found
 
 
