@@ -284,7 +284,7 @@ def _touched(events, checks: list) -> list[Finding]:
             if what[0] == "touched":
                 key = (str(events["op"][i]), int(events["line"][i]), int(what[2]))
                 seen.setdefault(key, []).append(int(events["rank"][i]))
-                first.setdefault(key, int(i))
+                _keep_lowest_rank(first, key, i, events)
     return [_finding(events[first[key]], "buffer-touched", say(
         "{who}: the buffer of {op} at line {line} changed before the send completed (seen when line {done} "
         "completed it): MPI may send the old values, the new ones or a mix. Write to the buffer only after "
@@ -322,6 +322,12 @@ def _receive_touched(events, checks: list, halves: dict[int, dict[str, int]]) ->
     return found
 
 
+def _keep_lowest_rank(first: dict, key: tuple, i: int, events) -> None:
+    """A finding of many ranks is told at its lowest rank, whichever rank's call came first."""
+    if key not in first or events["rank"][i] < events["rank"][first[key]]:
+        first[key] = i
+
+
 def _overlaps(events, checks: list) -> list[Finding]:
     """Calls whose buffer shares memory with a pending nonblocking call's, where either receives."""
     seen: dict[tuple, list[int]] = {}
@@ -331,7 +337,7 @@ def _overlaps(events, checks: list) -> list[Finding]:
         if overlap is not None:
             key = (str(events["op"][i]), int(events["line"][i]), int(events["kind"][i]) == RECV, *overlap)
             seen.setdefault(key, []).append(int(events["rank"][i]))
-            first.setdefault(key, i)
+            _keep_lowest_rank(first, key, i, events)
     found = []
     for key, ranks in seen.items():
         op, line, receives, other_op, other_line, other_receives = key
