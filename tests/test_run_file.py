@@ -47,6 +47,14 @@ def test_nonzero_exit_is_a_failure(pool4):
     assert failure.type == "SystemExit" and failure.message == "exit code 3"
 
 
+def test_an_exit_says_the_code_the_process_would_exit_with(pool4):
+    for code, said in [("True", "exit code 1"), ("'bad input'", "exit code 1: bad input"), ("2", "exit code 2")]:
+        with pytest.raises(mpinb.RankError) as info:
+            pool4.run(f"import sys\nif rank == 1:\n    sys.exit({code})")
+        assert {r: f.message for r, f in info.value.failures.items()} == {1: said}
+    assert pool4.run("import sys\nsys.exit(False)").ok, "False is 0: success"
+
+
 def test_input_without_stdin_is_eof(pool4):
     with pytest.raises(mpinb.RankError) as info:
         pool4.run_file(os.path.join(SCRIPTS, "program.py"))

@@ -258,9 +258,11 @@ def test_freeing_the_world_behaves_as_in_mpi4py(pool4, world):
         "try:\n    comm.Free()\nexcept MPI.Exception as err:\n    refused = err.Get_error_class()\n"
         "copy = type(comm)(comm); copy.free()\n"
         "again = type(comm).fromhandle(comm.handle); again.free()\n"
-        "(refused != 0, copy == MPI.COMM_NULL, again == MPI.COMM_NULL, comm.allreduce(1))"
+        "import pickle\nunpickled = pickle.loads(pickle.dumps(MPI.COMM_WORLD)) is MPI.COMM_WORLD\n"
+        "(refused != 0, copy == MPI.COMM_NULL, again == MPI.COMM_NULL, unpickled, comm.allreduce(1))"
     )
-    assert set(res.value.values()) == {(True, True, True, 4)}
+    assert set(res.value.values()) == {(True, True, True, True, 4)}
+    assert pool4.run("MPI.COMM_WORLD.py2f()").value == constant, "the constant's handle, as under mpiexec"
 
 
 def test_the_buffer_is_bounded_and_says_what_it_dropped(pool4):

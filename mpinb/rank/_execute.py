@@ -179,8 +179,16 @@ def _describe(exc: BaseException, filename: str, exit_code: object = None) -> Fa
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     message = str(exc)
     if isinstance(exc, SystemExit):
-        message = f"exit code {exit_code}" if isinstance(exit_code, int) else str(exit_code)
+        message = _exit_message(exit_code)
     return failure(name, message, "".join(tbe.format()), line=line, file=filename)
+
+
+def _exit_message(code: object) -> str:
+    """What the process would exit with under mpiexec, as Python's ``sys.exit(code)`` has it: an
+    int as it is (``True`` is 1), anything else 1, printed."""
+    if isinstance(code, int):
+        return f"exit code {int(code)}"
+    return f"exit code 1: {code}"
 
 
 @contextmanager

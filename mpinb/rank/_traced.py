@@ -205,6 +205,11 @@ class _TwinMixin(_MixedInto):
             return "COMM_WORLD"  # looked up in mpi4py.MPI (see ``traced``): this twin
         return super().__reduce__()
 
+    def py2f(self) -> int:
+        if self._mpinb_is_world:  # the constant's value, as under mpiexec (a fresh world is a copy)
+            return _ORIGINAL_WORLD.py2f()
+        return super().py2f()
+
 
 _ORIGINAL_WORLD = MPI.COMM_WORLD
 
