@@ -61,6 +61,26 @@ def allreduce(nbytes, rounds, repeats=5):
     return best(run, repeats)
 
 
+def rma_put(nbytes, rounds, repeats=5):
+    """Time of one ``Put`` of ``nbytes`` from every rank to the next, each closed by a ``Fence``
+    (one-sided: the target takes no part but the fence), in seconds."""
+    exposed, source = np.zeros(nbytes, dtype=np.uint8), np.ones(nbytes, dtype=np.uint8)
+    window = MPI.Win.Create(exposed, comm=comm)
+    target = (rank + 1) % comm.Get_size()
+    try:
+        def run():
+            window.Fence()
+            start = time.perf_counter()
+            for _ in range(rounds):
+                window.Put(source, target)
+                window.Fence()
+            return (time.perf_counter() - start) / rounds
+
+        return best(run, repeats)
+    finally:
+        window.Free()
+
+
 def tracing_figures():
     """The figures compared with tracing on and off (see ``trace_kernels.py``)."""
     return {
@@ -70,4 +90,5 @@ def tracing_figures():
         # rounds enough for tens of milliseconds per repeat: fewer read this VM's memory bursts
         "allreduce_1mb_ms": allreduce(2**20, 100) * 1e3,
         "allreduce_16kb_ms": allreduce(2**14, 400) * 1e3,
+        "put_1mb_gbs": 2**20 / rma_put(2**20, 50) / 1e9,
     }

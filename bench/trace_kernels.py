@@ -1,7 +1,8 @@
 """Kernels for the cost of tracing: run in a pool with tracing on and off, compared in one run.
 
 Rank 0 prints one JSON line: 1-byte ping-pong half round trip (uppercase and lowercase calls),
-8 MB Send/Recv bandwidth (ranks 0 and 1) and 1 MB and 16 kB Allreduce times over all ranks.
+8 MB Send/Recv bandwidth (ranks 0 and 1), 1 MB and 16 kB Allreduce times over all ranks, and 1 MB
+Put bandwidth in Fence epochs (every rank to the next).
 """
 
 import json
