@@ -124,6 +124,7 @@ class Recording(TypedDict):
     offset: float
     checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
     left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left)
+    via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
 
 
 class Reply(TypedDict):

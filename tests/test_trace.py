@@ -244,12 +244,38 @@ def test_twins_look_like_mpi4py_objects(pool4):
     assert made["op"] == "Create_cart" and sorted(made["ranks"]) == [0, 1, 2, 3]
 
 
+def test_a_call_made_in_library_code_is_told_at_the_users_line(pool4):
+    """The standard library's contextlib calls the cell's callbacks when the with block ends: the
+    calls (Barrier in Python, Allreduce in C where the C tracer is in use) are the cell's line 3,
+    with contextlib's line beside it."""
+    import contextlib
+
+    cell = (
+        "import contextlib\n"
+        "a, b = np.ones(2), np.zeros(2)\n"
+        "with contextlib.ExitStack() as stack:\n"
+        "    stack.callback(comm.Barrier)\n"
+        "    stack.callback(comm.Allreduce, a, b)\n"
+        "comm.Bcast(a)\n"
+    )
+    trace = pool4.run(cell).trace
+    sites = {(str(e["op"]), int(e["rank"])): (str(e["file"]), int(e["line"])) for e in trace.events}
+    cell_file = sites["Bcast", 0][0]
+    assert {sites[op, r] for op in ("Barrier", "Allreduce") for r in range(4)} == {(cell_file, 3)}
+    assert set(trace.via) == set(range(4))
+    behind = trace.via[0][cell_file, 3]
+    assert behind[0] == contextlib.__file__ and behind[1] > 0
+    slices = [e for e in trace.to_chrome()["traceEvents"] if e.get("name") == "Barrier"]
+    assert {e["args"].get("library line") for e in slices} == {f"{contextlib.__file__}:{behind[1]}"}
+
+
 @pytest.mark.parametrize("world", ["started", "fresh"])
 def test_freeing_the_world_behaves_as_in_mpi4py(pool4, world):
     """Also once an aborted run gave the ranks a fresh world (a copy of MPI's, which MPI itself
     does not know as predefined): freeing a copy of it once freed the world for good."""
     import mpinb
 
+    constant = pool4.run("MPI.COMM_WORLD.py2f()").value
     if world == "fresh":
         with pytest.raises(mpinb.DeadlockError):
             pool4.run("comm.recv(source=MPI.ANY_SOURCE)", timeout=2)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copyreg
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -79,18 +81,52 @@ def with_status(args: tuple, kwargs: dict, position: int):
     return args, kwargs, status
 
 
+def _library_roots() -> tuple[str, ...]:
+    """Where library code lives: the standard library, installed packages and mpinb itself."""
+    paths = sysconfig.get_paths()
+    found = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(name)}
+    found.update(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        found.add(site.getusersitepackages())
+    roots = {PACKAGE_DIR}
+    for path in found:  # as imported (from sys.path) and resolved
+        roots.update({os.path.join(path, ""), os.path.join(os.path.realpath(path), "")})
+    return tuple(sorted(roots))
+
+
+# A call made in library code (mpi4py.futures, the standard library) is told at the user's line
+# that led to it, with the library's line as its detail (``RECORDER.via``).
+LIBRARY_ROOTS = _library_roots()
+
+
 def call_site(depth: int = 2) -> tuple[str, int]:
+    """The line that made the call ``depth`` frames up: the user's (see :data:`LIBRARY_ROOTS`)."""
     try:
         frame = sys._getframe(depth)
     except ValueError:  # called from the top of a stack
         return "", 0
+    if frame.f_code.co_filename.startswith(LIBRARY_ROOTS):
+        return _outside_libraries(frame)
     return frame.f_code.co_filename, frame.f_lineno
 
 
+def _outside_libraries(inner: FrameType) -> tuple[str, int]:
+    """The innermost line outside library code from ``inner`` out, the library's line noted
+    behind it; ``inner``'s own where no user code is on the stack (a library's thread)."""
+    frame = inner.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_ROOTS):
+        frame = frame.f_back
+    if frame is None:
+        return inner.f_code.co_filename, inner.f_lineno
+    site_ = frame.f_code.co_filename, frame.f_lineno
+    _rec.via.setdefault(site_, (inner.f_code.co_filename, inner.f_lineno))
+    return site_
+
+
 def user_site() -> tuple[str, int]:
-    """The innermost line outside mpinb: the user's line that led to this call."""
+    """The innermost line outside mpinb and other libraries: the user's line that led to this call."""
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_ROOTS):
         frame = frame.f_back
     return ("", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 

@@ -18,8 +18,9 @@ from mpi4py import MPI
 
 from .. import _native
 from . import _objects, _p2p
-from ._calls import describer
+from ._calls import LIBRARY_ROOTS, describer
 from ._collectives import BLOCKING_AFTER_AGREEMENT, ROOTS_UPPER, agreed_code, agreement_channel, disagreed, rehearse
+from ._recorder import RECORDER
 from ._waiting import POLLS_BEFORE_YIELD, SPIN_SECONDS, abandon
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -54,7 +55,8 @@ def load() -> ModuleType | None:
     module.configure(exception=MPI.Exception, pickle=MPI.pickle, typedict=MPI._typedict, finish=finish,
                      receive_object=receive_object, spin=SPIN_SECONDS, polls_before_yield=POLLS_BEFORE_YIELD,
                      whole_on_arrival=_objects.WHOLE_ON_ARRIVAL, agreement=agreement_channel,
-                     finish_round=finish_round, disagreed=disagreed, rehearse=rehearse)
+                     finish_round=finish_round, disagreed=disagreed, rehearse=rehearse,
+                     library_roots=LIBRARY_ROOTS, via=RECORDER.via)
     tracer = module
     return module
 

@@ -27,6 +27,9 @@ class Recorder:
         self.events: list = []
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
+        # a user's line -> the library line behind a call it led to (see _calls.LIBRARY_ROOTS);
+        # one dict for the run, which the C tracer fills too
+        self.via: dict[tuple[str, int], tuple[str, int]] = {}
         self._freed: list[str] = []  # communicators freed while recording: forgotten at stop
         self.clock_offset = 0.0  # add to this rank's clock to get rank 0's
         self._began = 0.0
@@ -36,6 +39,7 @@ class Recorder:
             self.capacity = capacity
         self.events = []
         self.dropped = 0
+        self.via.clear()
         if self.native is not None:
             self.native.start(self.capacity)
         self._began = time.perf_counter()
@@ -51,7 +55,7 @@ class Recorder:
         for cid in self._freed:
             self.comms.pop(cid, None)
         self._freed = []
-        return {
+        recording: Recording = {
             "events": self.events,
             "dropped": self.dropped,
             "comms": comms,
@@ -59,6 +63,9 @@ class Recorder:
             "ended": time.perf_counter(),
             "offset": self.clock_offset,
         }
+        if self.via:
+            recording["via"] = dict(self.via)
+        return recording
 
     def forget(self, cid: str | None) -> None:
         """A freed communicator: its members are kept only until the run that used it ends."""

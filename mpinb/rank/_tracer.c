@@ -30,6 +30,7 @@
 #endif
 #include <sched.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -103,17 +104,12 @@ static void clear_events(void) {
     n_events = 0;
 }
 
-/* The caller's code object and position: a strong reference to the code, or NULL. */
-static PyObject *caller(int *where) {
-    PyFrameObject *frame = PyEval_GetFrame();  /* borrowed: the Python frame that called us */
-    *where = 0;
-    if (frame == NULL) return NULL;
+static int position(PyFrameObject *frame) {
 #if PY_VERSION_HEX >= 0x030B0000
-    *where = PyFrame_GetLasti(frame);
+    return PyFrame_GetLasti(frame);
 #else
-    *where = PyFrame_GetLineNumber(frame);
+    return PyFrame_GetLineNumber(frame);
 #endif
-    return (PyObject *)PyFrame_GetCode(frame);
 }
 
 static int line_of(PyObject *code, int where) {
@@ -128,6 +124,72 @@ static int line_of(PyObject *code, int where) {
 static PyObject *file_of(PyObject *code) {
     if (code == NULL) return PyUnicode_FromString("");
     return PyObject_GetAttrString(code, "co_filename");
+}
+
+/* ---- library code: a call made there is told at the user's line that led to it ------------ */
+static PyObject *library_roots = NULL;  /* path prefixes of library code (_calls.LIBRARY_ROOTS) */
+static PyObject *via = NULL;            /* the recorder's dict: (file, line) -> (library file, line) */
+#define CODE_CACHE 64
+static PyObject *cached_code[CODE_CACHE];  /* strong references: no other code takes a cached address */
+static char cached_in_library[CODE_CACHE];
+
+static int in_library(PyObject *code) {
+    size_t slot = ((uintptr_t)code >> 4) & (CODE_CACHE - 1);
+    if (cached_code[slot] == code) return cached_in_library[slot];
+    int found = 0;
+    PyObject *file = ((PyCodeObject *)code)->co_filename;
+    for (Py_ssize_t i = 0; library_roots != NULL && i < PyTuple_GET_SIZE(library_roots) && !found; i++)
+        found = PyUnicode_Tailmatch(file, PyTuple_GET_ITEM(library_roots, i), 0, PY_SSIZE_T_MAX, -1) == 1;
+    Py_INCREF(code);
+    Py_XSETREF(cached_code[slot], code);
+    cached_in_library[slot] = (char)found;
+    return found;
+}
+
+/* Note the library line behind a user's line, once (no Python runs here: an interrupt cannot
+ * arrive in the middle; a failed allocation only loses the note). */
+static void note_via(PyObject *code, int where, PyObject *library_code, int library_where) {
+    PyObject *file = file_of(code), *library_file = file_of(library_code);
+    PyObject *key = file ? Py_BuildValue("(Oi)", file, line_of(code, where)) : NULL;
+    PyObject *value = library_file ? Py_BuildValue("(Oi)", library_file, line_of(library_code, library_where)) : NULL;
+    if (key == NULL || value == NULL || PyDict_SetDefault(via, key, value) == NULL) PyErr_Clear();
+    Py_XDECREF(file);
+    Py_XDECREF(library_file);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+}
+
+/* The innermost frame outside library code, from ``frame`` (in a library) out: its code and
+ * position; ``code`` itself where no user code is on the stack (a library's own thread). */
+static PyObject *outside_libraries(PyFrameObject *frame, PyObject *code, int *where) {
+    PyFrameObject *outer = PyFrame_GetBack(frame);  /* new references from here on */
+    while (outer != NULL) {
+        PyObject *outer_code = (PyObject *)PyFrame_GetCode(outer);
+        if (!in_library(outer_code)) {
+            int outer_where = position(outer);
+            Py_DECREF(outer);
+            if (via != NULL) note_via(outer_code, outer_where, code, *where);
+            Py_DECREF(code);
+            *where = outer_where;
+            return outer_code;
+        }
+        Py_DECREF(outer_code);
+        PyFrameObject *next = PyFrame_GetBack(outer);
+        Py_DECREF(outer);
+        outer = next;
+    }
+    return code;
+}
+
+/* The caller's code object and position: a strong reference to the code, or NULL. A call made
+ * in library code (mpi4py.futures, the standard library) is the user's line that led to it. */
+static PyObject *caller(int *where) {
+    PyFrameObject *frame = PyEval_GetFrame();  /* borrowed: the Python frame that called us */
+    *where = 0;
+    if (frame == NULL) return NULL;
+    *where = position(frame);
+    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+    return in_library(code) ? outside_libraries(frame, code, where) : code;
 }
 
 static void record(PyObject *op, int kind, PyObject *comm, int peer, int tag, long long sent,
@@ -1062,14 +1124,25 @@ static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs)
 static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"exception", "pickle", "typedict", "finish", "receive_object", "spin",
                                "polls_before_yield", "whole_on_arrival", "agreement", "finish_round",
-                               "disagreed", "rehearse", NULL};
+                               "disagreed", "rehearse", "library_roots", "via", NULL};
     PyObject *exception, *pickle, *types, *finish_fn, *receive_fn, *agreement_fn, *round_fn, *disagreed_fn,
-        *rehearse_fn;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOdiiOOOO", keywords, &exception, &pickle, &PyDict_Type,
+        *rehearse_fn, *roots, *via_dict;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOdiiOOOOO!O!", keywords, &exception, &pickle, &PyDict_Type,
                                      &types, &finish_fn, &receive_fn, &spin_seconds,
                                      &polls_before_yield, &whole_on_arrival, &agreement_fn, &round_fn,
-                                     &disagreed_fn, &rehearse_fn))
+                                     &disagreed_fn, &rehearse_fn, &PyTuple_Type, &roots, &PyDict_Type, &via_dict))
         return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(roots); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(roots, i))) {
+            PyErr_SetString(PyExc_TypeError, "library_roots: a tuple of str");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < CODE_CACHE; i++) Py_CLEAR(cached_code[i]);
+    Py_INCREF(roots);
+    Py_XSETREF(library_roots, roots);
+    Py_INCREF(via_dict);
+    Py_XSETREF(via, via_dict);
     if (polls_before_yield < 1) polls_before_yield = 1;
     PyObject *dumps = PyObject_GetAttrString(pickle, "dumps");
     PyObject *loads = dumps ? PyObject_GetAttrString(pickle, "loads") : NULL;

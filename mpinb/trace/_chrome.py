@@ -26,6 +26,9 @@ def chrome_trace(trace: Trace) -> dict:
         args = {"kind": KIND_NAMES[event["kind"]], "comm": event["comm"], "peer": int(event["peer_world"]),
                 "tag": int(event["tag"]), "sent": int(event["sent"]), "received": int(event["received"]),
                 "line": f"{event['file']}:{event['line']}"}
+        behind = trace.via.get(int(event["rank"]), {}).get((str(event["file"]), int(event["line"])))
+        if behind is not None:  # made in library code that this line called
+            args["library line"] = f"{behind[0]}:{behind[1]}"
         if event["open"]:
             args["unfinished"] = True  # broken off when the run stopped
         events.append({"ph": "X", "name": event["op"], "cat": KIND_NAMES[event["kind"]], "pid": 0,
