@@ -20,6 +20,14 @@ def _checks(result) -> list[tuple[str, int, int]]:
     return [(f.check, f.rank, f.line) for f in result.findings]
 
 
+def _found(pool, cell: str, expected: list[tuple[str, int, int]], text: str):
+    """Run ``cell`` verified: its findings are ``expected``, and the first one's text begins with ``text``."""
+    result = pool.run(cell, verify=True)
+    assert _checks(result) == expected
+    assert str(result.findings[0]).startswith(text), str(result.findings[0])
+    return result
+
+
 UNSAFE_RING = """\
 a = np.full(4, rank, dtype='d'); b = np.empty(4)
 comm.Send(a, dest=(rank + 1) % size, tag=1)
@@ -132,10 +140,8 @@ def test_a_send_buffer_changed_before_its_wait_is_found(pool4):
         elif rank == 1:
             comm.Recv(a, source=0)
         """)
-    result = pool4.run(cell, verify=True)
-    assert _checks(result) == [("buffer-touched", 0, 3)]
-    assert str(result.findings[0]).startswith(
-        "rank 0: the buffer of Isend at line 3 changed before the send completed (seen when line 5 completed it)")
+    _found(pool4, cell, [("buffer-touched", 0, 3)],
+           "rank 0: the buffer of Isend at line 3 changed before the send completed (seen when line 5 completed it)")
     twin = cell.replace("    a[:] = 7\n    req.Wait()", "    req.Wait()\n    a[:] = 7")
     assert pool4.run(twin, verify=True).findings == []
 
@@ -154,11 +160,9 @@ def test_a_receive_buffer_written_before_its_wait_is_found(pool4):
             req.Wait()
         float(b[0])
         """)
-    result = pool4.run(cell, verify=True)
-    assert _checks(result) == [("receive-touched", 1, 3)]
-    assert str(result.findings[0]).startswith(
-        "rank 1: the buffer of Irecv at line 3 was written while the receive was pending (line 9 completed "
-        "it): it no longer holds what Send at line 5 on rank 0 sent.")
+    result = _found(pool4, cell, [("receive-touched", 1, 3)],
+                    "rank 1: the buffer of Irecv at line 3 was written while the receive was pending (line 9 "
+                    "completed it): it no longer holds what Send at line 5 on rank 0 sent.")
     assert result.value[1] == -1.0, "verify changes nothing the code computes"
     twin = cell.replace("    b[0] = -1\n    req.Wait()", "    req.Wait()\n    b[0] = -1")
     assert pool4.run(twin, verify=True).findings == []
@@ -175,10 +179,8 @@ def test_two_pending_calls_on_the_same_memory_are_found(pool4):
         comm.Send(np.ones(4), dest=right, tag=1); comm.Send(np.ones(4), dest=left, tag=2)
         MPI.Request.Waitall([first, second])
         """)
-    result = pool4.run(cell, verify=True)
-    assert _checks(result) == [("buffer-overlap", 0, 4)]
-    assert str(result.findings[0]).startswith(
-        "ranks 0-3: Irecv at line 4 receives into memory that Irecv at line 3, still pending, receives into too:")
+    _found(pool4, cell, [("buffer-overlap", 0, 4)],
+           "ranks 0-3: Irecv at line 4 receives into memory that Irecv at line 3, still pending, receives into too:")
     twin = cell.replace("b[2:6]", "b[4:]")
     assert pool4.run(twin, verify=True).findings == []
     two_sends = textwrap.dedent("""\
@@ -269,10 +271,8 @@ def test_an_alltoallv_whose_send_and_receive_counts_disagree_is_named(pool4):
         displacements = list(np.cumsum([0] + receive_counts[:-1]))
         comm.Alltoallv([sent, (send_counts, list(range(size)))], [got, (receive_counts, displacements)])
         """)
-    result = pool4.run(cell, verify=True)
-    assert _checks(result) == [("count-mismatch", 0, 6)]
-    assert str(result.findings[0]).startswith(
-        "Alltoallv at line 6: rank 1 sends 8 bytes to rank 2, which expects 16."), str(result.findings[0])
+    _found(pool4, cell, [("count-mismatch", 0, 6)],
+           "Alltoallv at line 6: rank 1 sends 8 bytes to rank 2, which expects 16.")
     right = pool4.run(cell.replace("2 if (rank, r) == (2, 1) else 1", "1"), verify=True)
     assert right.findings == []
 
@@ -288,10 +288,8 @@ def test_an_alltoallw_whose_counts_disagree_is_named(pool4):
                        [got, (receive_counts, received_at), types])
         got.tolist()
         """)
-    result = pool4.run(cell, verify=True)
-    assert _checks(result) == [("count-mismatch", 0, 5)]
-    assert str(result.findings[0]).startswith(
-        "Alltoallw at line 5: rank 0 sends 8 bytes to rank 3, which expects 16."), str(result.findings[0])
+    _found(pool4, cell, [("count-mismatch", 0, 5)],
+           "Alltoallw at line 5: rank 0 sends 8 bytes to rank 3, which expects 16.")
     right = pool4.run(cell.replace("2 if (rank, r) == (3, 0) else 1", "1"), verify=True)
     assert right.findings == []
     assert right.value == {r: [0.0, 1.0, 2.0, 3.0] for r in range(4)}

@@ -22,34 +22,27 @@ class _WinMeta(TwinClass):
         return issubclass(sub, PlainWin) if cls is TracedWin else type.__subclasscheck__(cls, sub)
 
 
+def _made_by(name: str) -> classmethod:
+    """mpi4py's ``Win.<name>`` for the traced class, noting the window it makes."""
+    plain = getattr(PlainWin, name)
+
+    def make(cls, *args, **kwargs):
+        window = getattr(super(TracedWin, cls), name)(*args, **kwargs)
+        _left.made_window(window, f"Win.{name}")
+        return window
+
+    make.__name__, make.__qualname__, make.__doc__ = name, f"Win.{name}", plain.__doc__
+    return classmethod(make)
+
+
 class TracedWin(PlainWin, metaclass=_WinMeta):
     """``MPI.Win`` while tracing is on: mpi4py's window, noted where it is made."""
 
     _mpinb_plain = PlainWin
-
-    @classmethod
-    def Create(cls, *args, **kwargs):
-        window = super().Create(*args, **kwargs)
-        _left.made_window(window, "Win.Create")
-        return window
-
-    @classmethod
-    def Allocate(cls, *args, **kwargs):
-        window = super().Allocate(*args, **kwargs)
-        _left.made_window(window, "Win.Allocate")
-        return window
-
-    @classmethod
-    def Allocate_shared(cls, *args, **kwargs):
-        window = super().Allocate_shared(*args, **kwargs)
-        _left.made_window(window, "Win.Allocate_shared")
-        return window
-
-    @classmethod
-    def Create_dynamic(cls, *args, **kwargs):
-        window = super().Create_dynamic(*args, **kwargs)
-        _left.made_window(window, "Win.Create_dynamic")
-        return window
+    Create = _made_by("Create")
+    Allocate = _made_by("Allocate")
+    Allocate_shared = _made_by("Allocate_shared")
+    Create_dynamic = _made_by("Create_dynamic")
 
 
 pickle_plain_copies(PlainWin)
