@@ -267,6 +267,10 @@ def test_a_call_made_in_library_code_is_told_at_the_users_line(pool4):
     assert behind[0] == contextlib.__file__ and behind[1] > 0
     slices = [e for e in trace.to_chrome()["traceEvents"] if e.get("name") == "Barrier"]
     assert {e["args"].get("library line") for e in slices} == {f"{contextlib.__file__}:{behind[1]}"}
+    from mpinb.widgets.trace import TraceView  # the view's hover reads it from here
+
+    view = TraceView(trace)
+    assert view.library_lines[f"0 {view.files.index(cell_file)} 3"] == f"{contextlib.__file__}:{behind[1]}"
 
 
 @pytest.mark.parametrize("world", ["started", "fresh"])

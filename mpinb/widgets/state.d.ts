@@ -54,6 +54,7 @@ export interface TraceState {
   ranks: number[];
   ops: string[];
   files: string[];
+  library_lines: Record<string, string>;
   comms: string[];
   events: Record<string, Column>;
   messages: Record<string, Column>;

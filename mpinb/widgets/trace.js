@@ -465,6 +465,8 @@ function callText(model, run, i) {
   let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${kinds[ev.kind[i]]})${peer}${tag}\n`
     + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
     + `${files[ev.file[i]]}, line ${ev.line[i]}`;
+  const behind = model.get("library_lines")[`${ev.rank[i]} ${ev.file[i]} ${ev.line[i]}`];
+  if (behind) text += `\nmade in library code: ${behind}`;
   if (ev.open[i]) text += "\nunfinished: still waiting when the run stopped";
   for (let k = 0; k < waits.rank.length; k++) {
     if (waits.rank[k] === ev.rank[i] && waits.start[k] >= ev.start[i] - 1e-9 && waits.end[k] <= ev.stop[i] + 1e-9) {

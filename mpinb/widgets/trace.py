@@ -38,6 +38,8 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     ranks = t.List(t.Int()).tag(sync=True)
     ops = t.List(t.Unicode()).tag(sync=True)
     files = t.List(t.Unicode()).tag(sync=True)
+    # "rank file-index line" -> the library line behind the calls that line made (Trace.via)
+    library_lines = t.Dict(value_trait=t.Unicode()).tag(sync=True)
     comms = t.List(t.Unicode()).tag(sync=True)
     events = t.Dict().tag(sync=True)
     messages = t.Dict().tag(sync=True)
@@ -81,6 +83,9 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
             ranks=list(trace.ranks),
             ops=ops,
             files=files,
+            library_lines={f"{rank} {file_index[file]} {line}": f"{behind[0]}:{behind[1]}"
+                           for rank, lines in trace.via.items() for (file, line), behind in lines.items()
+                           if file in file_index},
             comms=comms,
             events={
                 "rank": _column(events["rank"], "<i4"),
