@@ -407,6 +407,19 @@ ZH: dict[str, str] = {
     "sends from": "发送读取",
     "receives into too": "接收写入",
     "sends from too": "发送读取",
+    "for rank {peer}, which sent only {lost} later ({peer_op}, line {peer_line})":
+        "rank {peer} 晚了 {lost} 才发送（{peer_op}，第 {peer_line} 行）",
+    "for rank {peer} to post its receive ({peer_op}, line {peer_line})":
+        "等 rank {peer} 发起接收（{peer_op}，第 {peer_line} 行）",
+    "for rank {peer}, the last to arrive ({peer_op}, line {peer_line}): load imbalance":
+        "等最后到达的 rank {peer}（{peer_op}，第 {peer_line} 行）：负载不均衡",
+    "rank {rank} waited {lost} in {where} {why}": "rank {rank} 在 {where}中等待了 {lost}：{why}",
+    "critical path: none, the run was stopped before it finished": "关键路径：无，运行在结束前被停止了",
+    "critical path: no MPI calls recorded": "关键路径：没有记录到 MPI 调用",
+    "critical path ({seconds} s): {path}": "关键路径（{seconds} s）：{path}",
+    "line {line}: {op}": "第 {line} 行：{op}",
+    "computing after the last MPI call": "最后一次 MPI 调用之后的计算",
+    "computing before line {line}": "第 {line} 行之前的计算",
     "line {line} of an earlier cell": "之前某个单元格的第 {line} 行",
     "{who}: a window made by {where} was dropped without Free() ({count} so far in this pool): MPI keeps it, and "
     "the memory it exposes, until the pool stops. Call Free() on it (on every rank of its communicator: it is "

@@ -544,6 +544,22 @@ def test_a_pipelines_waits_and_critical_path_exactly():
     assert dict(path.by_line())["computing before line 1"] == pytest.approx(2.0, abs=0.01)
 
 
+def test_the_waits_and_the_critical_path_are_said_in_the_notebooks_language():
+    from mpinb._language import set_language
+    from mpinb.trace._waits import explain
+
+    set_language("zh")
+    try:
+        trace = _pipeline()
+        said = explain(trace.waits())
+        text = trace.critical_path().text()
+    finally:
+        set_language(None)
+    assert said[0] == "rank 2 在 recv（第 1 行）中等待了 2.02 s：rank 1 晚了 2.02 s 才发送（send，第 1 行）"
+    assert text.startswith("关键路径（3.04 s）：rank 0 \u2192 rank 1 \u2192 rank 2") and "第 1 行之前的计算" in text
+    assert explain(_pipeline().waits())[0].startswith("rank 2 waited 2.02 s in recv (line 1) for rank 1")
+
+
 def test_a_wait_call_takes_the_loss_of_the_nonblocking_receive_it_completed():
     trace = _trace({
         0: [_event("Irecv", RECV, 1, 0, 0.0, 3.0, returned=0.01), _event("Irecv", RECV, 2, 0, 0.02, 3.0, returned=0.03),

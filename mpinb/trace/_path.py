@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from .._language import say
 from ._arrays import busy_until
 
 if TYPE_CHECKING:
@@ -68,12 +69,12 @@ class CriticalPath:
 
     def text(self, top: int = 5) -> str:
         if self.stopped:
-            return "critical path: none, the run was stopped before it finished"
+            return say("critical path: none, the run was stopped before it finished")
         if not self.steps:
-            return "critical path: no MPI calls recorded"
+            return say("critical path: no MPI calls recorded")
         wall = max(self.wall, 1e-12)
         path = " \u2192 ".join(f"rank {r}" for r in self.ranks())
-        lines = [f"critical path ({self.wall:.3g} s): {path}"]
+        lines = [say("critical path ({seconds} s): {path}", seconds=f"{self.wall:.3g}", path=path)]
         lines += [f"  rank {rank}: {seconds:.3g} s ({100 * seconds / wall:.0f}%)"
                   for rank, seconds in list(self.by_rank().items())[:top]]
         lines += [f"  {label}: {seconds:.3g} s ({100 * seconds / wall:.0f}%)"
@@ -89,8 +90,10 @@ class CriticalPath:
 
 def _label(step: Step) -> str:
     if step["op"] != "computing":
-        return f"line {step['line']}: {step['op']}"
-    return "computing after the last MPI call" if step["line"] < 0 else f"computing before line {step['line']}"
+        return say("line {line}: {op}", line=step["line"], op=step["op"])
+    if step["line"] < 0:
+        return say("computing after the last MPI call")
+    return say("computing before line {line}", line=step["line"])
 
 
 def critical_path(trace: Trace) -> CriticalPath:

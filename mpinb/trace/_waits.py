@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from .._events import WAIT
+from .._language import say
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -124,15 +125,17 @@ def explain(found: list[Wait], top: int = 3) -> list[str]:
     """The biggest losses (of a millisecond or more) in plain words."""
     lines = []
     for w in [w for w in found if w["seconds"] >= WORTH_SAYING][:top]:
-        where = f"{w['op']} (line {w['line']})"
+        where = say("{op} (line {line})", op=w["op"], line=w["line"])
         lost = _seconds(w["seconds"])
+        peer = {"peer": w["peer"], "peer_op": w["peer_op"], "peer_line": w["peer_line"]}
         if w["kind"] == "late sender":
-            why = f"for rank {w['peer']}, which sent only {lost} later ({w['peer_op']}, line {w['peer_line']})"
+            why = say("for rank {peer}, which sent only {lost} later ({peer_op}, line {peer_line})", lost=lost, **peer)
         elif w["kind"] == "late receiver":
-            why = f"for rank {w['peer']} to post its receive ({w['peer_op']}, line {w['peer_line']})"
+            why = say("for rank {peer} to post its receive ({peer_op}, line {peer_line})", **peer)
         else:
-            why = f"for rank {w['peer']}, the last to arrive ({w['peer_op']}, line {w['peer_line']}): load imbalance"
-        lines.append(f"rank {w['rank']} waited {lost} in {where} {why}")
+            why = say("for rank {peer}, the last to arrive ({peer_op}, line {peer_line}): load imbalance", **peer)
+        lines.append(say("rank {rank} waited {lost} in {where} {why}", rank=w["rank"], lost=lost, where=where,
+                         why=why))
     return lines
 
 
