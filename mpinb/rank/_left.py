@@ -77,8 +77,8 @@ def freed(cid: str | None) -> None:
 
 def look(world: Any) -> list[tuple]:
     """What this rank's run left: ``("unreceived", comm id, world source, tag, bytes)`` for each
-    sender whose message waits here, and ``("dropped", comm id, op, file, line, so far)`` for each
-    communicator no object holds any more (told once)."""
+    sender whose message waits here, and ``("dropped-communicator", op, file, line, so far)`` for
+    each communicator no object holds any more (told once; windows and datatypes alike)."""
     global dropped_so_far
     left: list[tuple] = []
     live: list[Any] = [world]
@@ -88,7 +88,7 @@ def look(world: Any) -> list[tuple]:
         if holder is None:
             del _made[cid]
             dropped_so_far += 1
-            left.append(("dropped", cid, op, file, line, dropped_so_far))
+            left.append(("dropped-communicator", op, file, line, dropped_so_far))
         elif holder:  # (not one that Free() made null without mpinb: mpi4py's Comm.free of a copy)
             live.append(holder)
     left += _held_dropped()

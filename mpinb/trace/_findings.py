@@ -475,9 +475,7 @@ def _left_behind(trace: Trace) -> list[Finding]:
         for what in left:
             if what[0] == "unreceived":
                 found.append(_unreceived(trace, received, rank, *what[1:]))
-            elif what[0] in _DROPPED:
-                # (members of one Split's parts get communicator ids of their own: told once)
-                what = ("dropped", *what[2:]) if what[0] == "dropped" else what
+            elif what[0] in _DROPPED:  # (each part of one Split is told once, by the line that made it)
                 kind, op, file, line, so_far = what
                 entry = dropped.setdefault((kind, op, file, line), [so_far, []])
                 entry[0] = max(entry[0], so_far)
@@ -496,10 +494,11 @@ def _left_behind(trace: Trace) -> list[Finding]:
 
 
 _DROPPED = {
-    "dropped": ("communicator-dropped",
-                "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): "
-                "MPI keeps it until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a "
-                "cell run again and again runs out. Call Free() on it when it is no longer needed."),
+    "dropped-communicator": (
+        "communicator-dropped",
+        "{who}: a communicator made by {where} was dropped without Free() ({count} so far in this pool): "
+        "MPI keeps it until the pool stops, and it has room for only a few thousand (MPICH: 2048), so a "
+        "cell run again and again runs out. Call Free() on it when it is no longer needed."),
     "dropped-window": ("window-dropped",
                        "{who}: a window made by {where} was dropped without Free() ({count} so far in this pool): "
                        "MPI keeps it, and the memory it exposes, until the pool stops. Call Free() on it (on "
