@@ -67,8 +67,7 @@ def _send(name: str, lowercase: bool, nonblocking: bool):
         if _verify.on and buf is not None:
             _verify.typed(start, SEND, buf)
             if not nonblocking:
-                _verify.sent(start, buf)
-                _verify.overlapping(start, SEND, buf)
+                _verify.blocking_send(start, buf)
         if nonblocking:
             event = [name, SEND, self._mpinb_id, dest, tag, size, 0, start, NAN, posted, *where]
             if recording:
@@ -112,7 +111,7 @@ def _recv(name: str, lowercase: bool):
         if _verify.on:
             if not lowercase:
                 _verify.typed(start, RECV, buf)
-                _verify.overlapping(start, RECV, buf)
+                _verify.blocking_receive(start, buf)
             if source == MPI.ANY_SOURCE:
                 _verify.wildcard(start, tag, given_status is not None)
         if rec.on:
@@ -163,12 +162,12 @@ def _irecv(name: str, lowercase: bool):
         source = arg(args, kwargs, 1, "source", MPI.ANY_SOURCE)
         tag = arg(args, kwargs, 2, "tag", MPI.ANY_TAG)
         event = [name, RECV, self._mpinb_id, source, tag, 0, 0, start, NAN, end, *call_site()]
-        if not lowercase:
-            receives_into(arg(args, kwargs, 0, "buf"))
+        buf = None if lowercase else arg(args, kwargs, 0, "buf")
+        receives_into(buf)
         twin = TracedRequest._wrap(request, event, rec.on)
-        if _verify.on and not lowercase:
-            _verify.typed(start, RECV, arg(args, kwargs, 0, "buf"))
-            _verify.posted_receive(twin, arg(args, kwargs, 0, "buf"), start)
+        if _verify.on and buf is not None:
+            _verify.typed(start, RECV, buf)
+            _verify.posted_receive(twin, buf, start)
         if rec.on:
             rec.add(event)
         return twin

@@ -195,7 +195,28 @@ def sent(start: float, spec: object) -> None:
     """A digest of what a send sends, to compare with what its receive's buffer holds at completion."""
     view = _message_bytes(spec)
     if view is not None:
-        notes.append((start, SEND, "digest", zlib.crc32(view), len(view)))
+        _note_digest(start, view)
+
+
+def _note_digest(start: float, view: memoryview) -> int:
+    digest = zlib.crc32(view)
+    notes.append((start, SEND, "digest", digest, len(view)))
+    return digest
+
+
+def blocking_send(start: float, spec: object) -> None:
+    """A blocking send: its digest, and its buffer checked against pending receives'."""
+    view = _message_bytes(spec)
+    if view is not None:
+        _note_digest(start, view)
+        _overlap(start, SEND, view)
+
+
+def blocking_receive(start: float, spec: object) -> None:
+    """A blocking receive: its buffer checked against pending calls'."""
+    view = _message_bytes(spec)
+    if view is not None:
+        _overlap(start, RECV, view)
 
 
 # memory of nonblocking calls still pending on this rank: id(request) -> (first address, end,
@@ -203,37 +224,34 @@ def sent(start: float, spec: object) -> None:
 _pending: dict[int, tuple[int, int, bool, str, int]] = {}
 
 
-def _region(view: memoryview) -> tuple[int, int] | None:
-    if not len(view):
-        return None
-    address = MPI.buffer(view).address
-    return address, address + len(view)
-
-
-def overlapping(start: float, kind: int, spec: object) -> tuple[int, int] | None:
+def _overlap(start: float, kind: int, view: memoryview) -> tuple[int, int] | None:
     """Note a call whose buffer shares memory with a pending nonblocking call's, where either
     receives (MPI may write one over the other: erroneous, says the standard); its memory."""
-    view = _message_bytes(spec)
-    region = None if view is None else _region(view)
-    if region is None:
+    if not len(view):
         return None
-    low, high = region
+    low = MPI.buffer(view).address
+    high = low + len(view)
     for other_low, other_high, other_receives, op, line in _pending.values():
         if low < other_high and other_low < high and (kind == RECV or other_receives):
             notes.append((start, kind, "overlap", op, line, other_receives))
             break
-    return region
+    return low, high
 
 
 def posted_send(request: Any, spec: object, start: float) -> None:
-    """A nonblocking send's request: checked, when it completes, for a buffer changed meanwhile."""
-    sent(start, spec)
-    region = overlapping(start, SEND, spec)
-    digest = _digest(spec)
-    if digest is None or type(request) is not TracedRequest:
+    """A nonblocking send's request: its digest noted, its buffer checked against pending calls',
+    and checked again, when it completes, for a change meanwhile."""
+    view = _message_bytes(spec)
+    region: tuple[int, int] | None = None
+    posted: tuple[memoryview, int] | None
+    if view is not None:
+        region, posted = _overlap(start, SEND, view), (view, _note_digest(start, view))
+    else:
+        posted = _digest(spec)
+    if posted is None or type(request) is not TracedRequest:
         return
     request.__class__ = _VerifiedRequest
-    vars(request)["_mpinb_sent"] = (*digest, start)
+    vars(request)["_mpinb_sent"] = (*posted, start)
     _pend(request, region, receives=False)
 
 
@@ -243,7 +261,7 @@ def posted_receive(request: Any, spec: object, start: float) -> None:
     view = _message_bytes(spec)
     if view is None or type(request) is not TracedRequest:
         return
-    region = overlapping(start, RECV, spec)
+    region = _overlap(start, RECV, view)
     request.__class__ = _VerifiedRequest
     vars(request)["_mpinb_receiving"] = (view, start)
     _pend(request, region, receives=True)

@@ -54,7 +54,7 @@ class Trace:
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
         # per rank, a user's line -> the library line behind the calls it led to (mpi4py.futures...):
         # a call made in library code is recorded at the user's line (see mpinb.rank._calls.call_site)
-        self.via = {r: dict(data["via"]) for r, data in per_rank.items() if data.get("via")}
+        self.via = {r: data["via"] for r, data in per_rank.items() if data.get("via")}
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
