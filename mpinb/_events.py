@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# kind
-SEND, RECV, COLLECTIVE, WAIT, PROBE = range(5)
+# kind: RMA is a one-sided data call (Put, Get, Accumulate...), EPOCH a window's synchronisation
+# other than Fence (Lock, Unlock, Flush, Win.Start...; Fence is a COLLECTIVE over the window's group)
+SEND, RECV, COLLECTIVE, WAIT, PROBE, RMA, EPOCH = range(7)
 
 # Calls that make a new communicator: recorded as collectives, but they move no user data.
 DERIVING_CALLS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group",
                   "Create_cart", "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent")
 LOCAL_DERIVING_CALLS = ("Create_group",)  # collective over the new group only, not the parent
 CART_DERIVING_CALLS = (*DERIVING_CALLS, "Sub")
-KIND_NAMES = ("send", "recv", "collective", "wait", "probe")
+KIND_NAMES = ("send", "recv", "collective", "wait", "probe", "rma", "epoch")
+# the neighbourhood collectives whose members agree first where their blocking form is made (see
+# rank/_neighbors)
+NEIGHBORHOOD_COLLECTIVES = ("Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv",
+                            "Neighbor_alltoallw", "neighbor_allgather", "neighbor_alltoall")
+# the window collectives that every member agrees on first (see rank/_windows)
+WINDOW_COLLECTIVES = ("Fence", "Win.Free", "Win.Create", "Win.Allocate", "Win.Allocate_shared", "Win.Create_dynamic")
 # MPI's predefined reduction operations, as a verified run numbers them (see rank/_collectives.signature)
 REDUCTION_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC",
                  "REPLACE", "NO_OP")
@@ -24,9 +31,10 @@ REDUCTION_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXO
 FIELDS = (
     "op",        # mpi4py method name: "send", "Recv", "allreduce", "Wait", ...
     "kind",      # one of the constants above
-    "comm",      # communicator id, the same on every member ("world", "world.0@0", ...)
-    "peer",      # comm-local peer rank (destination, actual source, root); -1 if none
-    "tag",       # message tag (the actual one for receives); -1 if none
+    "comm",      # communicator or window id, the same on every member ("world", "world.0@0", "win0@world")
+    "peer",      # comm-local peer rank (destination, actual source, root, RMA target); -1 if none
+    "tag",       # message tag (the actual one for receives); RMA: the target displacement; Lock:
+                 # 1 exclusive, 0 shared; -1 if none
     "sent",      # bytes this rank sent (pickled size for lowercase calls)
     "received",  # bytes this rank received
     "start",     # when the call began (seconds, this rank's clock)

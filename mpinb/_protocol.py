@@ -125,6 +125,7 @@ class Recording(TypedDict):
     checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
     left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left)
     via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
+    neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
 
 
 class Reply(TypedDict):

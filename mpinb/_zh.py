@@ -189,6 +189,9 @@ ZH: dict[str, str] = {
     "{op} from {source}": "{op} 来自 {source}",
     "any rank": "任意 rank",
     "{op} on communicator {comm}": "{op}，通信域 {comm}",
+    "{op} on window {comm}": "{op}，窗口 {comm}",
+    "{op} on window {comm}, for {origins} to call Win.Complete":
+        "{op}，窗口 {comm}，等待 {origins} 调用 Win.Complete",
     " (root {root})": "（根进程 {root}）",
     " at line {line}": "，第 {line} 行",
     " of {file}": "，文件 {file}",
@@ -274,6 +277,11 @@ ZH: dict[str, str] = {
     "to {ranks}": "发往 {ranks}",
     "from {ranks}": "来自 {ranks}",
     "on communicator {comm}": "在通信域 {comm} 上",
+    "on window {comm}": "在窗口 {comm} 上",
+    "Every rank of a window's group must call Fence (and Win.Free) the same number of times, in the same "
+    "order; a target's Win.Wait ends once each origin it posted to calls Win.Complete.":
+        "窗口组中的每个 rank 都必须以相同的次数、相同的顺序调用 Fence（以及 Win.Free）；目标进程的 Win.Wait "
+        "要等它 Post 的每个源进程都调用了 Win.Complete 才会结束。",
     "in a call that does not return to Python (read from outside)": "处在不返回 Python 的调用中（从外部读取）",
     "in {place}": "位于 {place}",
     ", has not moved for {seconds} s": "，已 {seconds} 秒没有前进",
@@ -413,6 +421,8 @@ ZH: dict[str, str] = {
         "等 rank {peer} 发起接收（{peer_op}，第 {peer_line} 行）",
     "for rank {peer}, the last to arrive ({peer_op}, line {peer_line}): load imbalance":
         "等最后到达的 rank {peer}（{peer_op}，第 {peer_line} 行）：负载不均衡",
+    "for rank {peer}, which held the window's lock since line {peer_line} ({peer_op})":
+        "等 rank {peer}：它从第 {peer_line} 行（{peer_op}）起一直持有该窗口的锁",
     "rank {rank} waited {lost} in {where} {why}": "rank {rank} 在 {where}中等待了 {lost}：{why}",
     "critical path: none, the run was stopped before it finished": "关键路径：无，运行在结束前被停止了",
     "critical path: no MPI calls recorded": "关键路径：没有记录到 MPI 调用",

@@ -24,6 +24,8 @@ FIXES = {
     "collective": ("The ranks are not in the same collective call: every rank of a communicator must "
                    "call the same collectives, in the same order."),
 }
+WINDOW_FIXES = ("Every rank of a window's group must call Fence (and Win.Free) the same number of times, in "
+                "the same order; a target's Win.Wait ends once each origin it posted to calls Win.Complete.")
 USUAL_FIXES = ("Usual fixes: order by rank (even ranks send first, odd ranks receive first); "
                "use comm.sendrecv(...) for an exchange; or post comm.irecv(...) and comm.isend(...) "
                "and wait for both.")
@@ -92,7 +94,8 @@ class Diagnosis:
         slips = self.slips()
         lines += slips
         if not slips:
-            lines.append(say(USUAL_FIXES))
+            on_windows = all(str(state["comm"]).startswith("win") for state in self.waits.values())
+            lines.append(say(WINDOW_FIXES if on_windows else USUAL_FIXES))
         return "\n".join(lines)
 
     def slips(self) -> list[str]:
@@ -184,6 +187,11 @@ def describe_wait(state: WaitState) -> str:
     elif kind == "recv":
         source = say("any rank") if state["any_source"] else f"rank {state['peer']}"
         what = say("{op} from {source}", op=op, source=source)
+    elif op == "Win.Wait" and state["members"]:  # (its members: the origins of the epoch it waits for)
+        what = say("{op} on window {comm}, for {origins} to call Win.Complete", op=op,
+                   comm=repr(state["comm"]), origins=format_ranks(state["members"] or [], word=True))
+    elif str(state["comm"]).startswith("win"):
+        what = say("{op} on window {comm}", op=op, comm=repr(state["comm"]))
     else:
         what = say("{op} on communicator {comm}", op=op, comm=repr(state["comm"]))
         if state["root"] is not None:

@@ -32,6 +32,7 @@ _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 _LIBRARY_MARKS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep,
                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
                   os.path.dirname(os.__file__) + os.sep)
+_MPINB_RANK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "")
 CODE_WIDTH = 60
 
 
@@ -114,12 +115,18 @@ def _parse(path: str, offset: int) -> tuple[list[Frame] | None, bool]:
     return frames or None, whole
 
 
+def _innermost(frames: list[Frame]) -> Frame:
+    """The innermost frame worth naming: mpinb's own traced call stands for the MPI call the
+    user made, which the user's line names (a blocking call that cannot be polled: Win.Lock)."""
+    return next((frame for frame in frames if not frame["file"].startswith(_MPINB_RANK)), frames[0])
+
+
 def where(frames: list[Frame] | None, sources: dict[str, str]) -> str:
     """Where a rank is, in words: the user's line and its code, and the library function it is in
     when that is not the user's own (``sources`` maps a cell's name to its code)."""
     if not frames:
         return say("its stack could not be read")
-    inner = frames[0]
+    inner = _innermost(frames)
     user = next((frame for frame in frames if is_users(frame)), None)
     if user is None:
         return say("in {function} of {file}", function=inner["function"], file=os.path.basename(inner["file"]))
@@ -301,7 +308,7 @@ def _leaf_key(stack: RankStack) -> tuple:
         return ("leaf", "waiting", wait["op"], wait["kind"])
     if mode in ("stopped", "idle"):
         return ("leaf", mode)
-    inner = stack.frames[0] if stack.frames else None
+    inner = _innermost(stack.frames) if stack.frames else None
     library = "" if inner is None or is_users(inner) else f"{inner['function']} of {os.path.basename(inner['file'])}"
     if not stack.read:
         return ("leaf", "unread")
@@ -342,7 +349,10 @@ def _peers(kind: str, waits: list, ranks: list[int]) -> str:
     sending = kind == "send"
     peers = [w.get("peer") for w in waits]
     if kind not in ("send", "recv") or not peers or any(p is None for p in peers):
-        return say("on communicator {comm}", comm=repr(waits[0].get("comm"))) if waits else ""
+        if not waits:
+            return ""
+        on = "on window {comm}" if str(waits[0].get("comm")).startswith("win") else "on communicator {comm}"
+        return say(on, comm=repr(waits[0].get("comm")))
     if len(set(peers)) == 1:
         return say("to rank {peer}" if sending else "from rank {peer}", peer=peers[0])
     members = waits[0].get("members") or []

@@ -10,7 +10,7 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import CART_DERIVING_CALLS, COLLECTIVE, REDUCTION_OPS
+from .._events import CART_DERIVING_CALLS, COLLECTIVE, NEIGHBORHOOD_COLLECTIVES, REDUCTION_OPS, WINDOW_COLLECTIVES
 from . import _objects, _verify
 from ._calls import (
     NAN,
@@ -272,9 +272,10 @@ def _mismatched(comm, calls: list[tuple[str, int, tuple[int, ...]]]) -> RuntimeE
         groups.setdefault(label, []).append(members[r])
     said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
     alike = ", the same amount of data, the same operation" if any(call[2] for call in calls) else ""
+    what = "window" if comm._mpinb_id.startswith("win") else "communicator"  # (see _windows)
     return RuntimeError(
-        f"mismatched collectives on communicator {comm._mpinb_id!r}: {said}. Every rank of a "
-        f"communicator must call the same collectives, with the same root{alike}, in the same order."
+        f"mismatched collectives on {what} {comm._mpinb_id!r}: {said}. Every rank of a "
+        f"{what} must call the same collectives, with the same root{alike}, in the same order."
     )
 
 
@@ -369,8 +370,8 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
 # forms give the same bits (tests/test_trace.py checks each MPI), and the polled form is faster
 # there.
 _REDUCTIONS = frozenset({"Reduce", "Allreduce", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"})
-_ORDER_DIFFERS = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
-BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if _ORDER_DIFFERS else frozenset()
+ORDER_DIFFERS = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
+BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if ORDER_DIFFERS else frozenset()
 # Open MPI 5's fault tolerance revokes a communicator, which ``rehearse`` needs; Intel MPI's
 # mpi4py raises NotImplementedError there.
 _REVOCABLE = MPI.get_vendor()[0] == "Open MPI" and hasattr(MPI.Comm, "Revoke")
@@ -383,7 +384,8 @@ ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter"
                 "Reduce_scatter_block": None, "Scan": None, "Exscan": None}
 # the same codes on every rank; the uppercase collectives agree in verified runs (see ``signature``)
 _AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
-                 *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)))
+                 *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)), *WINDOW_COLLECTIVES,
+                 *NEIGHBORHOOD_COLLECTIVES)
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
     **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},

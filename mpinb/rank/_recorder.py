@@ -27,6 +27,7 @@ class Recorder:
         self.events: list = []
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
+        self.neighbors: dict[str, list[int]] = {}  # topology's id -> this rank's out-neighbours (world ranks)
         # a user's line -> the library line behind a call it led to (see _calls.LIBRARY_ROOTS);
         # one dict for the run, which the C tracer fills too
         self.via: dict[tuple[str, int], tuple[str, int]] = {}
@@ -52,8 +53,10 @@ class Recorder:
             self.events, self.dropped = self.native.stop()
         used = {event[2] for event in self.events}
         comms = {cid: members for cid, members in self.comms.items() if cid in used}
+        neighbors = {cid: outs for cid, outs in self.neighbors.items() if cid in used}
         for cid in self._freed:
             self.comms.pop(cid, None)
+            self.neighbors.pop(cid, None)
         self._freed = []
         recording: Recording = {
             "events": self.events,
@@ -65,6 +68,8 @@ class Recorder:
         }
         if self.via:
             recording["via"] = dict(self.via)
+        if neighbors:
+            recording["neighbors"] = neighbors
         return recording
 
     def forget(self, cid: str | None) -> None:
@@ -75,6 +80,7 @@ class Recorder:
             self._freed.append(cid)
         else:
             self.comms.pop(cid, None)
+            self.neighbors.pop(cid, None)
 
     def add_unfinished(self, state: WaitState) -> None:
         """The call that an interrupt broke off, as an event that never ended (``end`` and

@@ -32,6 +32,7 @@ from .._ranges import format_ranks
 from . import _left, _native
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named
 from ._collectives import COLLECTIVES, agree, rehearsal_of
+from ._neighbors import NEIGHBORHOOD
 from ._p2p import P2P
 from ._recorder import RECORDER as _rec
 
@@ -259,9 +260,9 @@ def _twin_class(plain: type, extra: dict) -> type:
 
 
 TracedIntracomm = _twin_class(PlainIntracomm, {})
-TracedCartcomm = _twin_class(MPI.Cartcomm, {"Sub": _derived("Sub", MPI.Cartcomm)})
-TracedGraphcomm = _twin_class(MPI.Graphcomm, {})
-TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {})
+TracedCartcomm = _twin_class(MPI.Cartcomm, {**NEIGHBORHOOD, "Sub": _derived("Sub", MPI.Cartcomm)})
+TracedGraphcomm = _twin_class(MPI.Graphcomm, NEIGHBORHOOD)
+TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, NEIGHBORHOOD)
 # most derived first: a Cartcomm is an Intracomm too
 _TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
                   MPI.Distgraphcomm: TracedDistgraphcomm, PlainIntracomm: TracedIntracomm}

@@ -12,7 +12,9 @@ from ._arrays import busy_until, causal_delays, collective_groups, message_halve
 from ._chrome import chrome_trace
 from ._findings import Finding, findings
 from ._match import match_messages
+from ._neighbors import Exchange, neighbor_exchanges
 from ._path import CriticalPath, critical_path
+from ._rma import Transfer, transfers
 from ._synchronous import stalled
 from ._waits import Wait, waiting_per_rank, waits
 
@@ -55,9 +57,16 @@ class Trace:
         # per rank, a user's line -> the library line behind the calls it led to (mpi4py.futures...):
         # a call made in library code is recorded at the user's line (see mpinb.rank._calls.call_site)
         self.via = {r: data["via"] for r, data in per_rank.items() if data.get("via")}
+        # per topology (Cartesian, graph), each rank's out-neighbours (world ranks)
+        self.neighbors: dict[str, dict[int, list[int]]] = {}
+        for r, data in per_rank.items():
+            for cid, outs in data.get("neighbors", {}).items():
+                self.neighbors.setdefault(cid, {})[r] = list(outs)
         origin = min(data["began"] + data["offset"] for data in per_rank.values())
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
+        self._transfers: list[Transfer] | None = None
+        self._exchanges: list[Exchange] | None = None
         self._path: CriticalPath | None = None
         self._halves: dict[int, dict[str, int]] | None = None
         self._groups: dict[tuple, list[int]] | None = None
@@ -119,6 +128,21 @@ class Trace:
             self._messages = self._find_messages()
         return list(self._messages)
 
+    def transfers(self) -> list[Transfer]:
+        """One-sided (RMA) transfers, one dict each, in the order their calls began: origin,
+        target, the bytes' ``source`` and ``dest``, window, displacement, epoch, and from the call
+        on the origin (``start``) to when its epoch closed at the target (``end``)."""
+        if self._transfers is None:
+            self._transfers = transfers(self.events, self.collective_groups())
+        return list(self._transfers)
+
+    def neighbor_exchanges(self) -> list[Exchange]:
+        """What each member of a neighbourhood collective sent each of its neighbours: one dict
+        per arrow (source, dest, the source's call ``start``, the destination's call ``end``)."""
+        if self._exchanges is None:
+            self._exchanges = neighbor_exchanges(self.events, self.collective_groups(), self.neighbors)
+        return list(self._exchanges)
+
     def message_halves(self) -> dict[int, dict[str, int]]:
         """Per matched message id, the indices of its ``"send"`` and ``"recv"`` events (kept)."""
         if self._halves is None:
@@ -172,9 +196,11 @@ class Trace:
         return sorted(found, key=lambda c: c["start"])
 
     def matrix(self, what: str = "bytes") -> np.ndarray:
-        """``[i, j]``, over the point-to-point messages rank i sent to rank j: their ``"bytes"``,
-        their number (``"messages"``), or the ``"time"`` in seconds from each send's start to its
-        receive's end (what the messages cost the receiver, waiting for a late sender included)."""
+        """``[i, j]``, over the point-to-point messages rank i sent to rank j and the one-sided
+        transfers whose bytes went from i to j (``Put`` from its origin, ``Get`` from its target):
+        their ``"bytes"``, their number (``"messages"``), or the ``"time"`` in seconds from each
+        send's start to its receive's end (what the messages cost the receiver, waiting for a late
+        sender included), from each RMA call to the end of its epoch at the target."""
         if what not in MATRIX_MEASURES:
             raise ValueError(f"what must be one of {', '.join(map(repr, MATRIX_MEASURES))}, not {what!r}")
         grid = np.zeros((self.world_size, self.world_size), dtype=np.float64 if what == "time" else np.int64)
@@ -184,6 +210,12 @@ class Trace:
             else:
                 value = message["bytes"] if what == "bytes" else 1
             grid[message["source"], message["dest"]] += value
+        for transfer in self.transfers():
+            if what == "time":
+                value = max(transfer["end"] - transfer["start"], 0.0)
+            else:
+                value = transfer["bytes"] if what == "bytes" else 1
+            grid[transfer["source"], transfer["dest"]] += value
         return grid
 
     def histograms(self) -> dict[str, dict]:

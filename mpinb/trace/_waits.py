@@ -4,7 +4,10 @@ and Vampir name), computed from a trace's events and matched messages.
 - late sender: a blocking receive started before its message was sent, and waited for it;
 - late receiver: a blocking send could not complete before its receive was posted (a synchronous
   or large message), and waited for it;
-- wait at collective (or at barrier): a rank entered a collective before the last member did.
+- wait at collective (or at barrier): a rank entered a collective before the last member did
+  (a window's ``Fence`` among them);
+- lock held: a rank's ``Lock`` of a window's target waited while another rank held a lock there
+  that excludes it (one of the two exclusive).
 
 A nonblocking call waits only in the ``Wait``/``Waitall``... that completed it: the time between
 posting and waiting is the rank's own. A wait call that completed several late operations lost
@@ -19,19 +22,20 @@ import numpy as np
 
 from .._events import WAIT
 from .._language import say
+from ._rma import lock_holds
 
 if TYPE_CHECKING:
     from ._trace import Trace
 
-WAIT_KINDS = ("late sender", "late receiver", "wait at collective", "wait at barrier")
+WAIT_KINDS = ("late sender", "late receiver", "wait at collective", "wait at barrier", "lock held")
 # Shorter waits are noise (a message in flight, clocks aligned to a few microseconds).
 SMALLEST_WAIT = 1e-4
 
 
 class Wait(TypedDict):
-    kind: str  # "late sender", "late receiver", "wait at collective", "wait at barrier"
+    kind: str  # one of WAIT_KINDS
     rank: int  # the rank that waited
-    peer: int  # the rank it waited for (the sender, the receiver, the last to arrive)
+    peer: int  # the rank it waited for (the sender, the receiver, the last to arrive, the lock's holder)
     op: str  # the call that waited
     file: str
     line: int
@@ -46,7 +50,7 @@ def waits(trace: Trace) -> list[Wait]:
     events = trace.events
     waited_in = _waited_in(events)
     found = (_point_to_point(events, waited_in, trace.message_halves())
-             + _collective(events, waited_in, trace.collective_groups()))
+             + _collective(events, waited_in, trace.collective_groups()) + _lock(events))
     longest: dict[tuple[int, float], Wait] = {}  # one loss per waiting call
     for w in found:
         key = (w["rank"], w["start"])
@@ -111,6 +115,31 @@ def _collective(events, waited_in: np.ndarray, groups: dict[tuple, list[int]]) -
     return found
 
 
+def _lock(events) -> list[Wait]:
+    """Each ``Lock`` that lasted, told as a wait for the rank whose hold it overlapped and whose
+    ``Unlock`` came last before it was granted."""
+    found: list[Wait] = []
+    holds = lock_holds(events)
+    for lock, _ in holds:
+        waiting = events[lock]
+        if waiting["open"] or waiting["end"] - waiting["start"] < SMALLEST_WAIT:
+            continue
+        best, released = None, -np.inf
+        for other, release in holds:
+            holder = events[other]
+            if (holder["rank"] == waiting["rank"] or holder["comm"] != waiting["comm"]
+                    or holder["peer_world"] != waiting["peer_world"] or not (holder["tag"] or waiting["tag"])):
+                continue  # (two shared locks do not exclude each other)
+            until = float(events["end"][release]) if release >= 0 else np.inf
+            granted = float(waiting["end"])
+            if holder["end"] <= granted and until > waiting["start"] and released < until <= granted + 1e-3:
+                best, released = holder, until  # the hold whose release came last before the grant
+        if best is not None:
+            lost = min(released, float(waiting["end"])) - float(waiting["start"])
+            found.append(_wait("lock held", waiting, best, lost))
+    return found
+
+
 def _wait(kind: str, waiting, awaited, lost: float) -> Wait:
     return {"kind": kind, "rank": int(waiting["rank"]), "peer": int(awaited["rank"]), "op": str(waiting["op"]),
             "file": str(waiting["file"]), "line": int(waiting["line"]), "peer_op": str(awaited["op"]),
@@ -130,6 +159,8 @@ def explain(found: list[Wait], top: int = 3) -> list[str]:
         peer = {"peer": w["peer"], "peer_op": w["peer_op"], "peer_line": w["peer_line"]}
         if w["kind"] == "late sender":
             why = say("for rank {peer}, which sent only {lost} later ({peer_op}, line {peer_line})", lost=lost, **peer)
+        elif w["kind"] == "lock held":
+            why = say("for rank {peer}, which held the window's lock since line {peer_line} ({peer_op})", **peer)
         elif w["kind"] == "late receiver":
             why = say("for rank {peer} to post its receive ({peer_op}, line {peer_line})", **peer)
         else:

@@ -1,0 +1,96 @@
+"""One-sided communication in a trace: each ``Put``, ``Get`` or ``Accumulate`` as a transfer
+between origin and target inside its epoch, and the time ranks lost waiting for a window's lock.
+
+An RMA call only starts a transfer; MPI completes it when the origin closes the epoch: at the
+next ``Fence`` (then the data is at the target when the target's ``Fence`` returns), at
+``Unlock``/``Flush`` of that target (passive target: the target calls nothing), or at
+``Win.Complete`` (post/start/complete/wait). So a transfer is drawn from the call on the origin
+to the moment its epoch closed on the target's side.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import numpy as np
+
+from .._events import COLLECTIVE, EPOCH, RMA
+
+# Calls after which an origin's transfers to a target are complete there (with the target, or all).
+_CLOSERS = {"Fence": False, "Unlock": True, "Flush": True, "Unlock_all": False, "Flush_all": False,
+            "Win.Complete": False, "Win.Free": False}
+# Data calls whose data flows back from the target (they also send: both directions are told).
+_FETCHING = ("Get", "Rget", "Get_accumulate", "Rget_accumulate", "Fetch_and_op", "Compare_and_swap")
+
+
+class Transfer(TypedDict):
+    op: str
+    window: str
+    origin: int  # world ranks
+    target: int
+    source: int  # where the bytes come from: the origin, or the target for what a Get fetches
+    dest: int
+    disp: int  # the target displacement (in the window's displacement units)
+    bytes: int
+    epoch: int  # the origin's epoch on this window, counted from 0 in this run
+    start: float  # the call on the origin
+    end: float  # when its epoch closed where the data went (the start's end if it never closed)
+    index: int  # rows of the events: the call,
+    closer: int  # and the call that closed its epoch (-1: none did)
+
+
+def transfers(events: np.ndarray, groups: dict[tuple, list[int]]) -> list[Transfer]:
+    """Every one-sided transfer of the trace, in the order the calls began."""
+    data_calls = np.flatnonzero(events["kind"] == RMA)
+    if not len(data_calls):
+        return []
+    fence_group: dict[int, list[int]] = {}
+    for members in groups.values():
+        if events["op"][members[0]] == "Fence":
+            for i in members:
+                fence_group[i] = members
+    closers: dict[tuple[int, str], list[int]] = {}
+    closing = np.flatnonzero(np.isin(events["kind"], (COLLECTIVE, EPOCH)))
+    for i in closing.tolist():
+        if events["op"][i] in _CLOSERS:
+            closers.setdefault((int(events["rank"][i]), events["comm"][i]), []).append(i)
+    found: list[Transfer] = []
+    for i in data_calls.tolist():
+        event = events[i]
+        rank, window, target = int(event["rank"]), event["comm"], int(event["peer_world"])
+        mine = closers.get((rank, window), [])
+        starts = [events["start"][c] for c in mine]
+        k = int(np.searchsorted(starts, event["start"], side="right"))
+        closer, epoch = -1, sum(1 for c in mine[:k] if not _CLOSERS[events["op"][c]] or
+                                events["peer_world"][c] == target)
+        for c in mine[k:]:
+            if not _CLOSERS[events["op"][c]] or events["peer_world"][c] == target:
+                closer = c
+                break
+        end = float(event["end"])
+        if closer >= 0:
+            at_target = [m for m in fence_group.get(closer, ()) if events["rank"][m] == target]
+            closer = at_target[0] if at_target else closer
+            end = max(float(events["end"][closer]), end)
+        common = {"op": str(event["op"]), "window": str(window), "origin": rank, "target": target,
+                  "disp": int(event["tag"]), "epoch": epoch, "start": float(event["start"]), "end": end,
+                  "index": i, "closer": closer}
+        if event["sent"] or event["op"] not in _FETCHING:
+            found.append({**common, "source": rank, "dest": target, "bytes": int(event["sent"])})  # type: ignore[typeddict-item]
+        if event["op"] in _FETCHING:
+            found.append({**common, "source": target, "dest": rank, "bytes": int(event["received"])})  # type: ignore[typeddict-item]
+    return found
+
+
+def lock_holds(events: np.ndarray) -> list[tuple[int, int]]:
+    """``(lock, unlock)`` rows of each ``Lock`` and the ``Unlock`` that released it (the same
+    rank, window and target; ``unlock`` -1 when the run ended first)."""
+    holds = []
+    is_epoch = events["kind"] == EPOCH
+    unlocks = np.flatnonzero(is_epoch & (events["op"] == "Unlock")).tolist()
+    for i in np.flatnonzero(is_epoch & (events["op"] == "Lock")).tolist():
+        rank, window, target = events["rank"][i], events["comm"][i], events["peer"][i]
+        release = next((u for u in unlocks if events["start"][u] >= events["start"][i] and events["rank"][u] == rank
+                        and events["comm"][u] == window and events["peer"][u] == target), -1)
+        holds.append((i, release))
+    return holds
