@@ -58,6 +58,7 @@ export interface TraceState {
   comms: string[];
   events: Record<string, Column>;
   messages: Record<string, Column>;
+  flows: Record<string, Column>;
   collectives: Record<string, Column>;
   waits: Record<string, Column>;
   path: Record<string, Column>;

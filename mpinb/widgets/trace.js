@@ -6,13 +6,17 @@
 /** @typedef {import("@anywidget/types").AnyModel<TraceState>} Model */
 /**
  * The columns of one run, as typed arrays.
- * @typedef {{ ev: Events, msg: Messages, coll: Collectives, waits: Waits, path: PathSteps,
+ * @typedef {{ ev: Events, msg: Messages, flows: Flows, coll: Collectives, waits: Waits, path: PathSteps,
  *   allRanks: number[] }} Run
  * @typedef {{ rank: Int32Array, kind: Int8Array, op: Int16Array, comm: Int16Array, start: Float64Array,
  *   stop: Float64Array, peer: Int32Array, tag: Int32Array, bytes: Float64Array, file: Int16Array,
  *   line: Int32Array, open: Int8Array }} Events
  * @typedef {{ source: Int32Array, dest: Int32Array, start: Float64Array, end: Float64Array,
  *   send: Int32Array, recv: Int32Array }} Messages
+ * The other arrows: one-sided transfers, from the RMA call (``call``) to the end of its epoch where
+ * the data went, and neighbourhood collectives, from each member's call to each neighbour's.
+ * @typedef {{ source: Int32Array, dest: Int32Array, start: Float64Array, end: Float64Array,
+ *   call: Int32Array, closer: Int32Array }} Flows
  * @typedef {{ low: Int32Array, high: Int32Array, start: Float64Array, end: Float64Array,
  *   op: Int16Array, comm: Int16Array }} Collectives
  * @typedef {{ rank: Int32Array, start: Float64Array, end: Float64Array, peer: Int32Array,
@@ -80,7 +84,7 @@ function column(view, Type) {
  * @returns {Run}
  */
 function load(model) {
-  const e = model.get("events"), m = model.get("messages"), c = model.get("collectives");
+  const e = model.get("events"), m = model.get("messages"), c = model.get("collectives"), r = model.get("flows");
   const w = model.get("waits"), p = model.get("path");
   const ev = {
     rank: column(e.rank, Int32Array), kind: column(e.kind, Int8Array), op: column(e.op, Int16Array),
@@ -93,6 +97,11 @@ function load(model) {
     start: column(m.start, Float64Array), end: column(m.end, Float64Array),
     send: column(m.send, Int32Array), recv: column(m.recv, Int32Array),
   };
+  const flows = {
+    source: column(r.source, Int32Array), dest: column(r.dest, Int32Array),
+    start: column(r.start, Float64Array), end: column(r.end, Float64Array),
+    call: column(r.call, Int32Array), closer: column(r.closer, Int32Array),
+  };
   const coll = {
     low: column(c.low, Int32Array), high: column(c.high, Int32Array),
     start: column(c.start, Float64Array), end: column(c.end, Float64Array),
@@ -103,7 +112,7 @@ function load(model) {
     peer: column(w.peer, Int32Array), kind: column(w.kind, Int8Array),
   };
   const path = { rank: column(p.rank, Int32Array), start: column(p.start, Float64Array), end: column(p.end, Float64Array) };
-  return { ev, msg, coll, waits, path, allRanks: model.get("ranks") };
+  return { ev, msg, flows, coll, waits, path, allRanks: model.get("ranks") };
 }
 
 /**
@@ -332,6 +341,40 @@ function drawMessages(g, frame, run, shown, paint) {
 }
 
 /**
+ * A dashed arrow, in the colour of its call, for each flow whose call is shown: a one-sided
+ * transfer from the RMA call on the origin to the end of its epoch where the bytes went (a
+ * ``Get``'s arrow points back to its origin), a neighbourhood collective's data from a member's
+ * call to its neighbour's. Returns the arrows drawn.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawFlows(g, frame, run, shown, paint) {
+  const { flows, ev } = run, { lane, visible } = shown;
+  let arrows = 0;
+  g.save();
+  g.globalAlpha = 0.75;
+  g.lineWidth = 1;
+  g.setLineDash([4, 3]);
+  for (let k = 0; k < flows.source.length; k++) {
+    const call = flows.call[k];
+    const from = lane.get(flows.source[k]), to = lane.get(flows.dest[k]);
+    if (!visible[call] || from === undefined || to === undefined) continue;
+    const x0 = frame.xOf(flows.start[k]), x1 = frame.xOf(flows.end[k]);
+    if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
+    const y0 = frame.yOf(from) + frame.laneH / 2, y1 = frame.yOf(to) + frame.laneH / 2;
+    g.strokeStyle = g.fillStyle = paint.kinds[ev.kind[call]];
+    g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
+    arrowHead(g, x0, y0, x1, y1, true);
+    arrows++;
+  }
+  g.restore();
+  return arrows;
+}
+
+/**
  * The waiting part of each call that waited: a band along the bottom of its box.
  * @param {Context} g
  * @param {Frame} frame
@@ -461,7 +504,9 @@ function callText(model, run, i) {
   const ops = model.get("ops"), files = model.get("files"), kinds = model.get("kinds");
   const waitKinds = model.get("wait_kinds");
   const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
-  const tag = ev.tag[i] >= 0 ? `  tag ${ev.tag[i]}` : "";
+  const kind = kinds[ev.kind[i]];
+  const tagLabel = kind === "rma" ? "displacement" : "tag";
+  const tag = ev.tag[i] >= 0 && kind !== "epoch" ? `  ${tagLabel} ${ev.tag[i]}` : "";
   let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${kinds[ev.kind[i]]})${peer}${tag}\n`
     + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
     + `${files[ev.file[i]]}, line ${ev.line[i]}`;
@@ -538,8 +583,9 @@ function filterBar(model, onChange) {
 /**
  * The legend under the diagram: the kinds of calls and what the marks mean.
  * @param {string[]} kinds
+ * @param {Set<number>} present the kinds of the run's calls
  */
-function legendOf(kinds) {
+function legendOf(kinds, present) {
   const legend = document.createElement("div");
   legend.className = "legend";
   /** @param {string} className @param {string} label @param {string} [background] */
@@ -549,7 +595,9 @@ function legendOf(kinds) {
     if (background) swatch.style.background = background;
     legend.append(swatch, label);
   };
-  for (const kind of kinds.slice(0, 4)) key(`kind-${kind}`, kind, `var(--mpinb-kind-${kind})`);
+  kinds.forEach((kind, k) => {  // probes look like receives; one-sided kinds only where the run has them
+    if (k < 4 || (kind !== "probe" && present.has(k))) key(`kind-${kind}`, kind, `var(--mpinb-kind-${kind})`);
+  });
   key("computing", "computing");
   key("waiting", "waiting");
   key("critical", "critical path");
@@ -613,15 +661,17 @@ function timeline(model, run, box, root) {
     const waits = model.get("show_waits") ? drawWaits(g, frame, run, shown, paint) : 0;
     drawCollectives(g, frame, run, shown, paint);
     const arrows = drawMessages(g, frame, run, shown, paint);
+    const flows = drawFlows(g, frame, run, shown, paint);
     const open = drawOpen(g, frame, run, shown, paint);
     const path = model.get("show_path") ? drawPath(g, frame, run, shown, paint) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, waits, open, path, axisEnd: duration });
+    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, flows, waits, open, path,
+                                    axisEnd: duration });
   }
 
   const [filters, markBad] = filterBar(model, () => { const left = layout(); draw(); return left; });
-  box.append(filters, plot, legendOf(model.get("kinds")));
+  box.append(filters, plot, legendOf(model.get("kinds"), new Set(run.ev.kind)));
   // The biggest loss and what set the time, in words under the picture (the rest: Per rank).
   const [loss] = model.get("losses"), [pathText] = model.get("path_text");
   for (const [text, className] of [[loss, "loss"], [pathText, "path"]]) {
@@ -837,7 +887,8 @@ function render({ model, el }) {
     info.className = "info";
     const dropped = model.get("dropped");
     const open = run.ev.open.reduce((n, v) => n + v, 0);
-    info.textContent = `${run.ev.rank.length} MPI calls \u00b7 ${run.msg.source.length} messages \u00b7 `
+    const flows = run.flows.source.length ? `${run.flows.source.length} one-sided or neighbourhood flows \u00b7 ` : "";
+    info.textContent = `${run.ev.rank.length} MPI calls \u00b7 ${run.msg.source.length} messages \u00b7 ${flows}`
       + fmtTime(model.get("duration")) + (open ? ` \u00b7 stopped with ${open} calls unfinished` : "")
       + (dropped ? ` \u00b7 ${dropped} calls not recorded (buffer full)` : "");
     const toggle = document.createElement("span");

@@ -43,6 +43,9 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     comms = t.List(t.Unicode()).tag(sync=True)
     events = t.Dict().tag(sync=True)
     messages = t.Dict().tag(sync=True)
+    # the arrows that are not point-to-point messages: one-sided (RMA) transfers, and each member's
+    # data to each neighbour in a neighbourhood collective (source, dest, start, end, call, closer)
+    flows = t.Dict().tag(sync=True)
     collectives = t.Dict().tag(sync=True)
     waits = t.Dict().tag(sync=True)  # wait states: rank, start, end, peer, kind (index in WAIT_KINDS)
     path = t.Dict().tag(sync=True)  # the critical path's steps: rank, start, end
@@ -76,6 +79,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
         file_index = {name: i for i, name in enumerate(files)}
         comm_index = {name: i for i, name in enumerate(comms)}
         messages = trace.messages()
+        flows = [*trace.transfers(), *trace.neighbor_exchanges()]
         collectives = trace.collectives()
         waits = trace.waits()
         path = trace.critical_path()
@@ -108,6 +112,14 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                 "end": _column([m["recv_end"] for m in messages], "<f8"),
                 "send": _column([m["send_index"] for m in messages], "<i4"),
                 "recv": _column([m["recv_index"] for m in messages], "<i4"),
+            },
+            flows={
+                "source": _column([f["source"] for f in flows], "<i4"),
+                "dest": _column([f["dest"] for f in flows], "<i4"),
+                "start": _column([f["start"] for f in flows], "<f8"),
+                "end": _column([f["end"] for f in flows], "<f8"),
+                "call": _column([f["index"] for f in flows], "<i4"),
+                "closer": _column([f["closer"] for f in flows], "<i4"),
             },
             collectives={
                 "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
