@@ -111,6 +111,45 @@ def test_space_time_diagram_matrix_and_summary(tmp_path, artifacts, existing_poo
 
 
 @pytest.mark.timeout(240)
+def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts, existing_pools):
+    write_notebook(str(tmp_path / "rma.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 4 --view full\nimport time\nbuf = np.zeros(size)\nwin = MPI.Win.Create(buf, disp_unit=8, comm=comm)\n"
+        "win.Fence()\nfor target in range(size):\n    if target != rank:\n"
+        "        win.Put(np.full(1, rank * 1.0), target, rank)\n        time.sleep(0.02)\nwin.Fence()\nwin.Free()",
+        "%%mpi --view full\ncart = comm.Create_cart([2, 2])\ncart.neighbor_allgather(rank)\ncart.Free()",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "rma.ipynb") as page:
+        run_all(page)
+        page.wait_for_selector(".mpinb-trace >> nth=1", timeout=90_000)
+        rma, grid = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
+        canvas = rma.locator("canvas[data-flows]")
+        assert canvas.get_attribute("data-flows") == "12", "a Put from each rank to each other rank"
+        assert canvas.get_attribute("data-arrows") == "0", "no point-to-point message"
+        assert "12 one-sided or neighbourhood flows" in rma.locator(".info").inner_text()
+        assert "rma" in rma.locator(".legend").inner_text()
+        box = canvas.bounding_box()
+        tip = rma.locator(".tip")
+        said = ""
+        for lane in range(4):  # sweep the lanes until an RMA call is hit
+            for x in range(60, int(box["width"]) - 10, 2):
+                page.mouse.move(box["x"] + x, box["y"] + 18 + 13 + 26 * lane)
+                if tip.is_visible() and "(rma)" in tip.inner_text():
+                    said = tip.inner_text()
+                    break
+            if said:
+                break
+        assert "Put (rma)" in said and "displacement" in said, said
+        rma.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-rma-fence.png"))
+        rma.locator(".tab[data-panel='matrix']").click()
+        cells = rma.locator("table.heat td.cell")
+        assert cells.count() == 16 and cells.nth(1).inner_text() == "1", "rank 0 put once into rank 1"
+        assert grid.locator("canvas").get_attribute("data-flows") == "8", "each rank to its 2 neighbours only"
+    assert not wait_until_gone(15, existing_pools)
+
+
+@pytest.mark.timeout(240)
 def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, artifacts, existing_pools):
     write_notebook(str(tmp_path / "insight.ipynb"), [
         "%load_ext mpinb",

@@ -355,8 +355,8 @@ function drawFlows(g, frame, run, shown, paint) {
   const { flows, ev } = run, { lane, visible } = shown;
   let arrows = 0;
   g.save();
-  g.globalAlpha = 0.75;
-  g.lineWidth = 1;
+  g.globalAlpha = 0.9;
+  g.lineWidth = 1.5;
   g.setLineDash([4, 3]);
   for (let k = 0; k < flows.source.length; k++) {
     const call = flows.call[k];
