@@ -15,7 +15,7 @@ from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
 
-class _RequestMeta(TwinClass):
+class RequestMeta(TwinClass):
     """``isinstance(r, MPI.Request)`` stays true for every request once MPI.Request is ours."""
 
     def __instancecheck__(cls, obj) -> bool:
@@ -31,7 +31,7 @@ def _traced(request) -> bool:
     return getattr(request, "_event", None) is not None
 
 
-class TracedRequest(PlainRequest, metaclass=_RequestMeta):
+class TracedRequest(PlainRequest, metaclass=RequestMeta):
     """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
     be interrupted), and whose completion fills in its call's event (for a receive: the actual
     source, tag and size). A traced call's request takes over mpi4py's (its handle and the

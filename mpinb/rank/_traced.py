@@ -32,8 +32,10 @@ from .._ranges import format_ranks
 from . import _left, _native
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named
 from ._collectives import COLLECTIVES, agree, rehearsal_of
+from ._messages import MATCHED_PROBES
 from ._neighbors import NEIGHBORHOOD
 from ._p2p import P2P
+from ._persistent import PERSISTENT
 from ._recorder import RECORDER as _rec
 
 _WORLD_GROUP = MPI.COMM_WORLD.Get_group()
@@ -241,7 +243,7 @@ def _reduce_plain_intracomm(comm):
 copyreg.pickle(PlainIntracomm, _reduce_plain_intracomm)
 
 
-_METHODS = {**P2P, **COLLECTIVES, **{n: _derived(n) for n in DERIVING_CALLS}}
+_METHODS = {**P2P, **COLLECTIVES, **PERSISTENT, **MATCHED_PROBES, **{n: _derived(n) for n in DERIVING_CALLS}}
 # The hottest calls in C where the C tracer loads (each falls back to the method it replaces).
 _IN_C = _native.methods(_METHODS)
 PYTHON_OF_C = {name: _METHODS[name] for name in _IN_C}  # what a --verify run uses instead (see _verify)

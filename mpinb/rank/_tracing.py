@@ -12,6 +12,8 @@ from mpi4py import MPI
 from . import _verify
 from ._calls import PlainRequest
 from ._collectives import set_epoch
+from ._messages import PlainMessage, TracedMessage
+from ._persistent import PlainPrequest, TracedPrequest
 from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
 from ._traced import PYTHON_OF_C, TWIN_CLASSES, traced
@@ -23,7 +25,8 @@ _housekeeping: MPI.Intracomm | None = None  # mpinb's own copy of the world, nev
 
 
 def install(namespace: dict) -> None:
-    """Make ``MPI.COMM_WORLD``, the namespace's ``comm``, ``MPI.Request`` and ``MPI.Win`` the traced ones."""
+    """Make ``MPI.COMM_WORLD``, the namespace's ``comm``, ``MPI.Request``, ``MPI.Prequest``,
+    ``MPI.Message`` and ``MPI.Win`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
     # Ranks reach this point at different times while they start on shared cores; waiting in a
@@ -119,6 +122,8 @@ def _use(namespace: dict, traced_calls: bool) -> None:
     MPI.COMM_WORLD = new  # type: ignore[misc]  # on purpose: user code finds the twin there
     MPI.Request = TracedRequest if traced_calls else PlainRequest  # type: ignore[misc]
     MPI.Win = TracedWin if traced_calls else PlainWin  # type: ignore[misc]
+    MPI.Prequest = TracedPrequest if traced_calls else PlainPrequest  # type: ignore[misc]
+    MPI.Message = TracedMessage if traced_calls else PlainMessage  # type: ignore[misc]
     if namespace.get("comm") is old:
         namespace["comm"] = new
 
