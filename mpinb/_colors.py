@@ -14,11 +14,11 @@ from ._events import KIND_NAMES
 # Tableau 10, colour-blind friendly: ranks take its colours in turn.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
            "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
-BLUE, ORANGE, GREEN, RED, TEAL, _YELLOW, PURPLE, _PINK, BROWN, GREY = PALETTE
+BLUE, ORANGE, GREEN, RED, TEAL, _YELLOW, PURPLE, PINK, BROWN, GREY = PALETTE
 
-# A traced call's box, by its kind's number (send, recv, collective, wait, probe, rma, epoch:
+# A traced call's box, by its kind's number (send, recv, collective, wait, probe, rma, epoch, io:
 # mpinb._events); a one-sided transfer's arrow has its call's colour.
-KIND_COLORS = (BLUE, GREEN, ORANGE, BROWN, GREY, PURPLE, TEAL)
+KIND_COLORS = (BLUE, GREEN, ORANGE, BROWN, GREY, PURPLE, TEAL, PINK)
 WAIT_COLOR = "rgba(214,39,40,0.85)"  # the part of a call spent waiting for another rank
 PATH_COLOR = "rgba(176,21,26,0.9)"  # the critical path
 COLLECTIVE_FRAME = "rgba(242,142,43,0.9)"  # a collective's frame across its members' lanes

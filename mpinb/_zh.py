@@ -190,6 +190,7 @@ ZH: dict[str, str] = {
     "any rank": "任意 rank",
     "{op} on communicator {comm}": "{op}，通信域 {comm}",
     "{op} on window {comm}": "{op}，窗口 {comm}",
+    "{op} on file {comm}": "{op}，文件 {comm}",
     "{op} on window {comm}, for {origins} to call Win.Complete":
         "{op}，窗口 {comm}，等待 {origins} 调用 Win.Complete",
     " (root {root})": "（根进程 {root}）",
@@ -278,6 +279,7 @@ ZH: dict[str, str] = {
     "from {ranks}": "来自 {ranks}",
     "on communicator {comm}": "在通信域 {comm} 上",
     "on window {comm}": "在窗口 {comm} 上",
+    "on file {comm}": "在文件 {comm} 上",
     "Every rank of a window's group must call Fence (and Win.Free) the same number of times, in the same "
     "order; a target's Win.Wait ends once each origin it posted to calls Win.Complete.":
         "窗口组中的每个 rank 都必须以相同的次数、相同的顺序调用 Fence（以及 Win.Free）；目标进程的 Win.Wait "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .._events import place_of
 from .._language import say
 from .._protocol import WAIT_KEY, WaitState
 from .._ranges import format_ranks
@@ -94,7 +95,7 @@ class Diagnosis:
         slips = self.slips()
         lines += slips
         if not slips:
-            on_windows = all(str(state["comm"]).startswith("win") for state in self.waits.values())
+            on_windows = all(place_of(str(state["comm"])) == "window" for state in self.waits.values())
             lines.append(say(WINDOW_FIXES if on_windows else USUAL_FIXES))
         return "\n".join(lines)
 
@@ -190,8 +191,10 @@ def describe_wait(state: WaitState) -> str:
     elif op == "Win.Wait" and state["members"]:  # (its members: the origins of the epoch it waits for)
         what = say("{op} on window {comm}, for {origins} to call Win.Complete", op=op,
                    comm=repr(state["comm"]), origins=format_ranks(state["members"] or [], word=True))
-    elif str(state["comm"]).startswith("win"):
+    elif place_of(str(state["comm"])) == "window":
         what = say("{op} on window {comm}", op=op, comm=repr(state["comm"]))
+    elif place_of(str(state["comm"])) == "file":
+        what = say("{op} on file {comm}", op=op, comm=repr(state["comm"]))
     else:
         what = say("{op} on communicator {comm}", op=op, comm=repr(state["comm"]))
         if state["root"] is not None:

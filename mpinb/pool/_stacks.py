@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._events import place_of
 from .._language import say
 from .._protocol import DebugState, Frame
 from .._ranges import format_ranks
@@ -351,7 +352,8 @@ def _peers(kind: str, waits: list, ranks: list[int]) -> str:
     if kind not in ("send", "recv") or not peers or any(p is None for p in peers):
         if not waits:
             return ""
-        on = "on window {comm}" if str(waits[0].get("comm")).startswith("win") else "on communicator {comm}"
+        on = {"window": "on window {comm}", "file": "on file {comm}"}.get(place_of(str(waits[0].get("comm"))),
+                                                                            "on communicator {comm}")
         return say(on, comm=repr(waits[0].get("comm")))
     if len(set(peers)) == 1:
         return say("to rank {peer}" if sending else "from rank {peer}", peer=peers[0])

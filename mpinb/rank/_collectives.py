@@ -10,7 +10,15 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import CART_DERIVING_CALLS, COLLECTIVE, NEIGHBORHOOD_COLLECTIVES, REDUCTION_OPS, WINDOW_COLLECTIVES
+from .._events import (
+    CART_DERIVING_CALLS,
+    COLLECTIVE,
+    FILE_COLLECTIVES,
+    NEIGHBORHOOD_COLLECTIVES,
+    REDUCTION_OPS,
+    WINDOW_COLLECTIVES,
+    place_of,
+)
 from . import _objects, _verify
 from ._calls import (
     NAN,
@@ -272,7 +280,7 @@ def _mismatched(comm, calls: list[tuple[str, int, tuple[int, ...]]]) -> RuntimeE
         groups.setdefault(label, []).append(members[r])
     said = "; ".join(f"{_ranks_text(ranks)} called {label}" for label, ranks in groups.items())
     alike = ", the same amount of data, the same operation" if any(call[2] for call in calls) else ""
-    what = "window" if comm._mpinb_id.startswith("win") else "communicator"  # (see _windows)
+    what = place_of(comm._mpinb_id)
     return RuntimeError(
         f"mismatched collectives on {what} {comm._mpinb_id!r}: {said}. Every rank of a "
         f"{what} must call the same collectives, with the same root{alike}, in the same order."
@@ -385,7 +393,7 @@ ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter"
 # the same codes on every rank; the uppercase collectives agree in verified runs (see ``signature``)
 _AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
                  *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)), *WINDOW_COLLECTIVES,
-                 *NEIGHBORHOOD_COLLECTIVES)
+                 *NEIGHBORHOOD_COLLECTIVES, *FILE_COLLECTIVES)
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
     **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},

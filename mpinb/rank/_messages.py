@@ -77,7 +77,7 @@ class TracedMessage(PlainMessage, metaclass=_MessageMeta):
         request = PlainMessage.irecv(self)
         with abandoned_if_broken(request):
             value = poll_result(lambda: request.test(mine), first_item, self._describe())[1]
-        self._received("recv", self._matched[3])
+        self._received("recv")
         return value
 
     def Recv(self, buf, status=None):
@@ -86,7 +86,7 @@ class TracedMessage(PlainMessage, metaclass=_MessageMeta):
         receives_into(buf)
         request = PlainMessage.Irecv(self, buf)
         _poll_request(request, status, self._describe(), cancel=False)
-        self._received("Recv", self._matched[3])
+        self._received("Recv")
         return None
 
     def irecv(self):
@@ -102,9 +102,9 @@ class TracedMessage(PlainMessage, metaclass=_MessageMeta):
         comm, source, tag, size, _ = self._matched  # type: ignore[misc]
         return describer(comm, "Message.recv", "recv", source, tag, size, call_site(3))
 
-    def _received(self, name: str, size: int) -> None:
+    def _received(self, name: str) -> None:
         if _rec.on and self._matched is not None:
-            comm, source, tag, _, matched = self._matched
+            comm, source, tag, size, matched = self._matched
             end = _now()
             _rec.add((f"Message.{name}", RECV, comm._mpinb_id, source, tag, 0, size, matched, end, end,
                       *call_site(3)))

@@ -12,6 +12,7 @@ from mpi4py import MPI
 from . import _verify
 from ._calls import PlainRequest
 from ._collectives import set_epoch
+from ._files import PlainFile, TracedFile
 from ._messages import PlainMessage, TracedMessage
 from ._persistent import PlainPrequest, TracedPrequest
 from ._recorder import RECORDER, align_clock, polite_barrier
@@ -26,7 +27,7 @@ _housekeeping: MPI.Intracomm | None = None  # mpinb's own copy of the world, nev
 
 def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm``, ``MPI.Request``, ``MPI.Prequest``,
-    ``MPI.Message`` and ``MPI.Win`` the traced ones."""
+    ``MPI.Message``, ``MPI.File`` and ``MPI.Win`` the traced ones."""
     global _traced_world, _housekeeping
     world = _plain_world
     # Ranks reach this point at different times while they start on shared cores; waiting in a
@@ -124,6 +125,7 @@ def _use(namespace: dict, traced_calls: bool) -> None:
     MPI.Win = TracedWin if traced_calls else PlainWin  # type: ignore[misc]
     MPI.Prequest = TracedPrequest if traced_calls else PlainPrequest  # type: ignore[misc]
     MPI.Message = TracedMessage if traced_calls else PlainMessage  # type: ignore[misc]
+    MPI.File = TracedFile if traced_calls else PlainFile  # type: ignore[misc]
     if namespace.get("comm") is old:
         namespace["comm"] = new
 

@@ -50,9 +50,9 @@ class _WinMeta(TwinClass):
         return issubclass(sub, PlainWin) if cls is TracedWin else type.__subclasscheck__(cls, sub)
 
 
-class WindowGroup:
-    """The members of a window, as the agreement of a collective on it needs them: the window's
-    id, and mpinb's private copy of the communicator the window was made on."""
+class PrivateGroup:
+    """The members of a window or a file, as the agreement of a collective on it needs them: its
+    id, and mpinb's private copy of the communicator it was made on."""
 
     _mpinb_epoch, _mpinb_calls = -1, 0  # see _collectives._next_tag
 
@@ -71,22 +71,28 @@ class WindowGroup:
         _rec.forget(self._mpinb_id)
 
 
-_windows_made: dict[str, int] = {}  # per parent communicator, windows made on it so far
+_made_on: dict[str, int] = {}  # per prefix and parent communicator, windows (or files) made on it so far
 
 
-def _group_of(window, comm, parent: str | None) -> WindowGroup:
-    """Name ``window`` alike on all its members (they make windows on ``comm`` in the same
-    order) and copy ``comm`` for mpinb's own messages (every member is in the call that made it)."""
-    group = window.Get_group()
+def private_group(prefix: str, handle_group: MPI.Group, comm, parent: str | None) -> PrivateGroup:
+    """Name what ``comm``'s members just made (``"win"``, ``"file"``) alike on all of them (they
+    make them on ``comm`` in the same order) and copy ``comm`` for mpinb's own messages (every
+    member is in the call that made it). ``handle_group`` (freed here) is its group."""
     try:
-        members = list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), _WORLD_GROUP))
+        members = list(MPI.Group.Translate_ranks(handle_group, list(range(handle_group.Get_size())), _WORLD_GROUP))
     finally:
-        group.Free()
+        handle_group.Free()
     parent = parent or f"[{format_ranks(members)}]"
-    number = _windows_made[parent] = _windows_made.get(parent, -1) + 1
-    cid = f"win{number}@{parent}"
+    key = f"{prefix}@{parent}"
+    number = _made_on[key] = _made_on.get(key, -1) + 1
+    cid = f"{prefix}{number}@{parent}"
     _rec.comms[cid] = members
-    return WindowGroup(cid, PlainIntracomm.Dup(comm), members)
+    return PrivateGroup(cid, PlainIntracomm.Dup(comm), members)
+
+
+def traced_parent(comm) -> str | None:
+    """The id of ``comm`` if it is a traced communicator."""
+    return comm._mpinb_id if hasattr(type(comm), "_mpinb_plain") else None
 
 
 _COMM_AT = {"Create": 3, "Allocate": 3, "Allocate_shared": 3, "Create_dynamic": 1}
@@ -98,7 +104,7 @@ def _made_by(name: str) -> classmethod:
 
     def make(cls, *args, **kwargs):
         comm = arg(args, kwargs, _COMM_AT[name], "comm", MPI.COMM_SELF)
-        parent = comm._mpinb_id if hasattr(type(comm), "_mpinb_plain") else None  # a traced communicator's
+        parent = traced_parent(comm)
         where = call_site()
         start = _now()
         if parent is not None and comm.Get_size() > 1:  # (as for a communicator: see _traced._derived)
@@ -107,7 +113,7 @@ def _made_by(name: str) -> classmethod:
         if parent is not None and _rec.on:
             end = _now()
             _rec.add((f"Win.{name}", COLLECTIVE, parent, -1, -1, 0, 0, start, end, end, *where))
-        window._mpinb_group = _group_of(window, comm, parent)
+        window._mpinb_group = private_group("win", window.Get_group(), comm, parent)
         _left.made_window(window, f"Win.{name}")
         return window
 
@@ -199,7 +205,7 @@ def _collective_call(name: str, label: str):
     plain = getattr(PlainWin, name)
 
     def method(self, *args, **kwargs):
-        group: WindowGroup | None = self.__dict__.get("_mpinb_group")
+        group: PrivateGroup | None = self.__dict__.get("_mpinb_group")
         if group is None:
             return plain(self, *args, **kwargs)
         where = call_site()
@@ -220,7 +226,7 @@ def _collective_call(name: str, label: str):
 
 def _wait(self) -> Literal[True]:
     """``Win.Wait``: ``Win.Test`` polled, so that an epoch nobody completes can be interrupted."""
-    group: WindowGroup | None = self.__dict__.get("_mpinb_group")
+    group: PrivateGroup | None = self.__dict__.get("_mpinb_group")
     if group is None:
         return PlainWin.Wait(self)
     where = call_site()
