@@ -171,16 +171,19 @@ def rank_environment(settings: LaunchSettings) -> dict[str, str]:
         # More ranks than cores: a rank waiting in MPI must give its core to one that computes.
         env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"  # MPICH
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"  # Open MPI
-    env.update(launch_environment(settings.n if settings.on_this_host else 0))
+    env.update(launch_environment(settings.n if settings.on_this_host else 0, spawning=settings.on_this_host))
     env.update({key: str(value) for key, value in settings.env.items()})
     return env
 
 
-def launch_environment(n: int) -> dict[str, str]:
+def launch_environment(n: int, spawning: bool = False) -> dict[str, str]:
     """What ``mpiexec -n n`` on this machine needs to run at all: Open MPI refuses root, and more
-    ranks than cores, unless told (MPICH needs neither; it ignores these variables)."""
+    ranks than cores, unless told (MPICH needs neither; it ignores these variables). A pool on
+    this host is also let spawn beyond the cores (``MPI.COMM_SELF.Spawn``, ``MPIPoolExecutor``):
+    Open MPI's launcher refuses a spawn with "All nodes which are allocated for this job are
+    already filled" once its ranks have taken every core, as a laptop's pool usually has."""
     env = {}
-    if n > (os.cpu_count() or 1):
+    if n > (os.cpu_count() or 1) or spawning:
         env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
         env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI often run as root

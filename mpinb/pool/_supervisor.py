@@ -520,7 +520,10 @@ class Supervisor:
             self.deaths.close()
             self.deaths = None
         if self.settings.on_this_host:
-            self._mpi_files |= mpi_segments(info["pid"] for info in self.ranks_info.values())
+            # the ranks' segments, and those of processes they spawned (MPI.COMM_SELF.Spawn), read
+            # before any of them is told to end (the launcher then ends the spawned ones itself)
+            self._mpi_files |= mpi_segments({*(info["pid"] for info in self.ranks_info.values()),
+                                             *(proc.pid for proc in process_trees(self._processes))})
             # a pull broken off by an interrupt may have left a rank's file behind
             remove_written_by([info["pid"] for info in self.ranks_info.values()])
             # Each rank exits at SIGTERM (see rank/_engine_main.py). mpiexec would pass it on, or
