@@ -186,9 +186,10 @@ def tracing_cost() -> list[tuple]:
             bandwidth_on, bandwidth_off = _median(on, "bandwidth_8mb_gbs"), _median(off, "bandwidth_8mb_gbs")
             rows.append((f"traced 8 MB Send/Recv, {how} (GB/s)", bandwidth_on, "tracing off", bandwidth_off,
                          bandwidth_on / bandwidth_off))
-            put_on, put_off = _median(on, "put_1mb_gbs"), _median(off, "put_1mb_gbs")
-            rows.append((f"traced 1 MB Put, Fence epochs, {how} (GB/s)", put_on, "tracing off", put_off,
-                         put_on / put_off))
+            for key, epochs in (("put_1mb_gbs", "Fence"), ("put_locked_1mb_gbs", "Lock/Unlock")):
+                put_on, put_off = _median(on, key), _median(off, key)
+                rows.append((f"traced 1 MB Put, {epochs} epochs, {how} (GB/s)", put_on, "tracing off", put_off,
+                             put_on / put_off))
             reduce_on, reduce_off = _median(on, "allreduce_1mb_ms"), _median(off, "allreduce_1mb_ms")
             rows.append((f"traced 1 MB Allreduce, {how} (ms)", reduce_on, "tracing off", reduce_off,
                          reduce_off / reduce_on))

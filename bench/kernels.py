@@ -61,9 +61,10 @@ def allreduce(nbytes, rounds, repeats=5):
     return best(run, repeats)
 
 
-def rma_put(nbytes, rounds, repeats=5):
+def rma_put(nbytes, rounds, repeats=5, locked=False):
     """Time of one ``Put`` of ``nbytes`` from every rank to the next, each closed by a ``Fence``
-    (one-sided: the target takes no part but the fence), in seconds."""
+    (one-sided: the target takes no part but the fence), or with ``locked`` in a passive-target
+    epoch of its own (``Lock``/``Unlock``: the target takes no part at all), in seconds."""
     exposed, source = np.zeros(nbytes, dtype=np.uint8), np.ones(nbytes, dtype=np.uint8)
     window = MPI.Win.Create(exposed, comm=comm)
     target = (rank + 1) % comm.Get_size()
@@ -72,9 +73,16 @@ def rma_put(nbytes, rounds, repeats=5):
             window.Fence()
             start = time.perf_counter()
             for _ in range(rounds):
-                window.Put(source, target)
-                window.Fence()
-            return (time.perf_counter() - start) / rounds
+                if locked:
+                    window.Lock(target, MPI.LOCK_SHARED)
+                    window.Put(source, target)
+                    window.Unlock(target)
+                else:
+                    window.Put(source, target)
+                    window.Fence()
+            elapsed = (time.perf_counter() - start) / rounds
+            window.Fence()
+            return elapsed
 
         return best(run, repeats)
     finally:
@@ -91,4 +99,5 @@ def tracing_figures():
         "allreduce_1mb_ms": allreduce(2**20, 100) * 1e3,
         "allreduce_16kb_ms": allreduce(2**14, 400) * 1e3,
         "put_1mb_gbs": 2**20 / rma_put(2**20, 50) / 1e9,
+        "put_locked_1mb_gbs": 2**20 / rma_put(2**20, 50, locked=True) / 1e9,
     }
