@@ -150,6 +150,30 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
 
 
 @pytest.mark.timeout(240)
+def test_the_trace_view_speaks_the_notebooks_language(tmp_path, artifacts, existing_pools, monkeypatch):
+    monkeypatch.delenv("MPINB_LANGUAGE")  # (the tests' own English): the notebook's folder decides
+    (tmp_path / "zh").mkdir()
+    write_notebook(str(tmp_path / "zh" / "trace.ipynb"), [
+        "%load_ext mpinb",
+        "%%mpi -n 2 --view full\nimport time\nif rank == 1:\n    time.sleep(0.2)\ncomm.allreduce(rank)",
+    ])
+    with jupyterlab(str(tmp_path)) as server, page_on(server, "zh/trace.ipynb") as page:
+        run_all(page)
+        view = page.locator(".mpinb-trace").first
+        view.locator("canvas[data-lanes='2']").wait_for(timeout=90_000)
+        tabs = view.locator(".tab").all_inner_texts()
+        assert tabs == ["时空图", "通信矩阵", "各 rank", "统计"], tabs
+        assert "次 MPI 调用" in view.locator(".info").inner_text()
+        assert "关键路径" in view.locator(".legend").inner_text()
+        assert "负载不均衡" in view.locator(".loss").first.inner_text(), "the biggest loss, in Chinese"
+        view.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-zh.png"))
+        view.locator(".tab[data-panel='summary']").click()
+        assert "MPI 时间与计算时间" in view.locator("table").first.inner_text()
+    assert not wait_until_gone(15, existing_pools)
+
+
+@pytest.mark.timeout(240)
 def test_waits_critical_path_filters_statistics_and_an_unfinished_run(tmp_path, artifacts, existing_pools):
     write_notebook(str(tmp_path / "insight.ipynb"), [
         "%load_ext mpinb",

@@ -177,3 +177,19 @@ def test_fence_on_some_ranks_and_free_on_others_raise_everywhere(pool4):
     message = res.errors[0].message
     assert re.search(r"mismatched collectives on window 'win\d+@world'", message)
     assert "rank 0 called Win.Free; ranks 1, 2, 3 called Fence" in message
+
+
+def test_the_static_diagram_draws_the_transfers_and_speaks_chinese(pool4):
+    from mpinb._language import set_language
+    from mpinb.trace._svg import space_time_svg, summary_text
+
+    res = pool4.run(FENCE_PUTS)
+    svg = space_time_svg(res.trace)
+    assert svg.count('stroke-dasharray="4 3"') >= 12, "a dashed line per Put"
+    set_language("zh")
+    try:
+        text = summary_text(res.trace)
+        assert text.startswith("rank") and "总时间 ms" in text.splitlines()[0]
+        assert "次调用" in space_time_svg(res.trace)
+    finally:
+        set_language(None)

@@ -672,6 +672,36 @@ def test_the_language_follows_the_choice_the_notebooks_folder_and_the_locale(aut
     assert lang.language() == "en"
 
 
+def test_every_word_the_trace_view_says_is_sent_in_the_notebooks_language():
+    """trace.js says its words through say("..."): each is one of trace.py's VIEW_WORDS (which go
+    to the browser translated), or the view would stay English in a Chinese notebook."""
+    import pathlib
+    import re
+
+    from mpinb.widgets import trace
+
+    module = pathlib.Path(trace.__file__).with_name("trace.js").read_text()
+    said = set(re.findall(r'say\("((?:[^"\\]|\\.)*)"', module))  # say("...") itself
+    said |= set(re.findall(r'key\("[^"]*", "([^"]*)"', module))  # the legend's keys
+    said |= set(re.findall(r'(?:text|choice|check)\("show_\w+", "([^"]*)"', module))  # the filters' labels
+    said |= set(re.findall(r'\["\w+", "([^"]*)"\]', module))  # the tabs
+    header = re.search(r'for \(const label of \[([^\]]*)\]', module)  # the summary's columns
+    assert header is not None, "the summary's columns are said in a loop over their labels"
+    said |= set(re.findall(r'"([^"]*)"', header.group(1)))
+    said = {word.encode().decode("unicode_escape") for word in said}
+    assert len(said) > 30
+    unknown = sorted(said - set(trace.VIEW_WORDS))
+    assert not unknown, f"trace.js says these, which VIEW_WORDS lacks: {unknown}"
+    zh = trace.TraceView.__init__.__globals__["say"]
+    from mpinb._language import set_language
+
+    set_language("zh")
+    try:
+        assert zh("{count} MPI calls", count=3) == "3 次 MPI 调用"
+    finally:
+        set_language(None)
+
+
 def test_every_sentence_mpinb_says_has_its_chinese(monkeypatch):
     """Each template given to say() (and each plain hint of the exercises) is in the catalog, with
     the same fields: a sentence added in English only would fall back silently otherwise."""
@@ -696,8 +726,9 @@ def test_every_sentence_mpinb_says_has_its_chinese(monkeypatch):
             if isinstance(node, ast.keyword) and node.arg == "hang_hint":
                 said.append(node.value.value)
     from mpinb.pool import _hang
+    from mpinb.widgets.trace import VIEW_WORDS
 
-    said += [_hang.SYNCHRONOUS_SENDS, _hang.USUAL_FIXES, *_hang.FIXES.values()]
+    said += [_hang.SYNCHRONOUS_SENDS, _hang.USUAL_FIXES, _hang.WINDOW_FIXES, *_hang.FIXES.values(), *VIEW_WORDS]
     assert len(said) > 60
     missing = sorted({s for s in said if s not in ZH})
     assert not missing, missing

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._colors import KIND_COLORS, PATH_COLOR, WAIT_COLOR
 from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
+from .._language import say
 from .._ranges import format_ranks
 from ._arrays import busy_until
 from ._waits import explain
@@ -50,7 +51,8 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float 
     frame = _Frame(width, lane, t_end, {rank: _TOP + i * lane for i, rank in enumerate(ranks)})
     messages = trace.messages()
     layers = [_lanes(frame), _calls(frame, trace), _waits(frame, trace), _unfinished(frame, trace),
-              _path(frame, trace), _arrows(frame, messages), _legend(frame, height, len(trace.events), messages)]
+              _path(frame, trace), _arrows(frame, messages), _flows(frame, trace),
+              _legend(frame, height, len(trace.events), messages)]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'font-family="sans-serif" font-size="11">{"".join(part for layer in layers for part in layer)}</svg>')
 
@@ -115,6 +117,17 @@ def _path(frame: _Frame, trace: Trace) -> list[str]:
     return [f'<polyline points="{" ".join(points)}" fill="none" stroke="{PATH_COLOR}" stroke-width="2.5"/>']
 
 
+def _flows(frame: _Frame, trace: Trace) -> list[str]:
+    """A dashed line in its call's colour for each one-sided transfer and neighbour exchange (the
+    first ``MAX_ARROWS``), as trace.js draws them."""
+    kinds = trace.events["kind"]
+    flows = [*trace.transfers(), *trace.neighbor_exchanges()][:MAX_ARROWS]
+    return [f'<line x1="{frame.x(f["start"]):.1f}" y1="{frame.middle(f["source"])}" '
+            f'x2="{frame.x(f["end"]):.1f}" y2="{frame.middle(f["dest"])}" '
+            f'stroke="{KIND_COLORS[int(kinds[f["index"]])]}" stroke-width="1.2" stroke-dasharray="4 3"/>'
+            for f in flows if f["source"] in frame.y_of and f["dest"] in frame.y_of]
+
+
 def _arrows(frame: _Frame, messages: list) -> list[str]:
     """A line from each send's start to its receive's end (the first ``MAX_ARROWS``)."""
     return [f'<line x1="{frame.x(m["send_start"]):.1f}" y1="{frame.middle(m["source"])}" '
@@ -129,10 +142,11 @@ def _legend(frame: _Frame, height: int, calls: int, messages: list) -> list[str]
     for i, kind in enumerate((SEND, RECV, COLLECTIVE, WAIT)):
         x = _LEFT + 90 * i
         parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{KIND_COLORS[kind]}"/>')
-        parts.append(f'<text x="{x + 14}" y="{y}" fill="{_TEXT_COLOR}">{KIND_NAMES[kind]}</text>')
-    note = f"{frame.t_end * 1e3:.2f} ms, {calls} calls, {len(messages)} messages"
+        parts.append(f'<text x="{x + 14}" y="{y}" fill="{_TEXT_COLOR}">{html.escape(say(KIND_NAMES[kind]))}</text>')
+    note = say("{ms} ms, {calls} calls, {messages} messages", ms=f"{frame.t_end * 1e3:.2f}", calls=calls,
+               messages=len(messages))
     if len(messages) > MAX_ARROWS:
-        note += f" (first {MAX_ARROWS} arrows)"
+        note += say(" (first {count} arrows)", count=MAX_ARROWS)
     parts.append(f'<text x="{frame.width - _RIGHT}" y="{y}" text-anchor="end" fill="{_TEXT_COLOR}">'
                  f"{html.escape(note)}</text>")
     return parts
@@ -140,8 +154,8 @@ def _legend(frame: _Frame, height: int, calls: int, messages: list) -> list[str]
 
 def summary_text(trace: Trace) -> str:
     rows = trace.summary()
-    lines = [f"{'rank':>4}  {'wall ms':>9}  {'in MPI':>7}  {'waiting ms':>10}  {'msgs out':>8}  {'bytes out':>11}"
-             f"  {'bytes in':>11}"]
+    lines = [f"{say('rank'):>4}  {say('wall ms'):>9}  {say('in MPI'):>7}  {say('waiting ms'):>10}  "
+             f"{say('msgs out'):>8}  {say('bytes out'):>11}  {say('bytes in'):>11}"]
     for row in rows:
         share = row["mpi"] / row["wall"] if row["wall"] else 0.0
         lines.append(f"{row['rank']:>4}  {row['wall'] * 1e3:9.2f}  {share:7.0%}  {row['waiting'] * 1e3:10.2f}"
@@ -149,12 +163,13 @@ def summary_text(trace: Trace) -> str:
     lines += explain(trace.waits())
     unfinished = trace.unfinished()
     if len(unfinished):
-        lines.append("stopped while " + "; ".join(
-            f"rank {row['rank']} waited in {row['op']} (line {row['line']})"
-            + (f" for rank {row['peer_world']}" if row["peer_world"] >= 0 else "") for row in unfinished))
+        lines.append(say("stopped while {what}", what="; ".join(
+            say("rank {rank} waited in {op} (line {line})", rank=row["rank"], op=row["op"], line=row["line"])
+            + (say(" for rank {peer}", peer=row["peer_world"]) if row["peer_world"] >= 0 else "")
+            for row in unfinished)))
     lines += trace.critical_path().text(top=3).splitlines()
     if trace.dropped:
-        lines.append(f"({sum(trace.dropped.values()):,} calls not recorded on "
-                     f"{format_ranks(trace.dropped, word=True)}: each rank records a share of the pool's "
-                     "trace_budget, at most trace_capacity calls; Pool(trace_budget=...) raises it)")
+        lines.append(say("({count} calls not recorded on {ranks}: each rank records a share of the pool's "
+                         "trace_budget, at most trace_capacity calls; Pool(trace_budget=...) raises it)",
+                         count=f"{sum(trace.dropped.values()):,}", ranks=format_ranks(trace.dropped, word=True)))
     return "\n".join(lines)

@@ -51,6 +51,7 @@ export interface TraceState {
   colors: Colors;
   kinds: string[];
   wait_kinds: string[];
+  words: Record<string, string>;
   ranks: number[];
   ops: string[];
   files: string[];

@@ -64,6 +64,17 @@ function paintOf(model, root) {
 }
 
 /**
+ * What a view says, in the notebook's language: the words trace.py's VIEW_WORDS sent for the
+ * English template, else the template itself, its ``{fields}`` filled in.
+ * @param {Model} model
+ * @returns {(english: string, fields?: Record<string, string | number>) => string}
+ */
+function sayer(model) {
+  const words = model.get("words") || {};
+  return (english, fields = {}) => (words[english] ?? english).replace(/\{(\w+)\}/g, (_, key) => String(fields[key]));
+}
+
+/**
  * A column sent as bytes, as the typed array it holds (copied only if misaligned).
  * @template {Int8ArrayConstructor | Int16ArrayConstructor | Int32ArrayConstructor | Float64ArrayConstructor} T
  * @param {DataView | undefined} view
@@ -502,20 +513,21 @@ function callAt(frame, run, shown, x, y) {
 function callText(model, run, i) {
   const { ev, waits } = run;
   const ops = model.get("ops"), files = model.get("files"), kinds = model.get("kinds");
-  const waitKinds = model.get("wait_kinds");
-  const peer = ev.peer[i] >= 0 ? `  peer ${ev.peer[i]}` : "";
+  const waitKinds = model.get("wait_kinds"), say = sayer(model);
+  const peer = ev.peer[i] >= 0 ? `  ${say("peer")} ${ev.peer[i]}` : "";
   const kind = kinds[ev.kind[i]];
-  const tagLabel = kind === "rma" ? "displacement" : "tag";
+  const tagLabel = say({ rma: "displacement", io: "offset" }[kind] || "tag");
   const tag = ev.tag[i] >= 0 && kind !== "epoch" ? `  ${tagLabel} ${ev.tag[i]}` : "";
-  let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${kinds[ev.kind[i]]})${peer}${tag}\n`
-    + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} at ${fmtTime(ev.start[i])}\n`
-    + `${files[ev.file[i]]}, line ${ev.line[i]}`;
+  let text = `rank ${ev.rank[i]}: ${ops[ev.op[i]]} (${say(kind)})${peer}${tag}\n`
+    + `${fmtBytes(ev.bytes[i])}  ${fmtTime(ev.stop[i] - ev.start[i])} ${say("at")} ${fmtTime(ev.start[i])}\n`
+    + `${files[ev.file[i]]}, ${say("line {line}", { line: ev.line[i] })}`;
   const behind = model.get("library_lines")[`${ev.rank[i]} ${ev.file[i]} ${ev.line[i]}`];
-  if (behind) text += `\nmade in library code: ${behind}`;
-  if (ev.open[i]) text += "\nunfinished: still waiting when the run stopped";
+  if (behind) text += `\n${say("made in library code: {where}", { where: behind })}`;
+  if (ev.open[i]) text += `\n${say("unfinished: still waiting when the run stopped")}`;
   for (let k = 0; k < waits.rank.length; k++) {
     if (waits.rank[k] === ev.rank[i] && waits.start[k] >= ev.start[i] - 1e-9 && waits.end[k] <= ev.stop[i] + 1e-9) {
-      text += `\n${waitKinds[waits.kind[k]]}: waited ${fmtTime(waits.end[k] - waits.start[k])} for rank ${waits.peer[k]}`;
+      text += `\n${say("{kind}: waited {time} for rank {peer}", { kind: say(waitKinds[waits.kind[k]]),
+        time: fmtTime(waits.end[k] - waits.start[k]), peer: waits.peer[k] })}`;
     }
   }
   return text;
@@ -532,12 +544,13 @@ function callText(model, run, i) {
  * @returns {[HTMLDivElement, (shown: Shown) => void]} the bar, and what marks bad input in it
  */
 function filterBar(model, onChange) {
+  const say = sayer(model);
   const bar = document.createElement("div");
   bar.className = "filters";
   /** @type {(key: TextFilter, label: string, hint: string) => [HTMLLabelElement, HTMLInputElement]} */
   const text = (key, label, hint) => {
     const input = document.createElement("input");
-    input.type = "text"; input.value = model.get(key); input.placeholder = hint; input.dataset.filter = key;
+    input.type = "text"; input.value = model.get(key); input.placeholder = say(hint); input.dataset.filter = key;
     // Applied as one types (JupyterLab's command mode may take the Enter key for itself).
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let pause;
@@ -546,17 +559,17 @@ function filterBar(model, onChange) {
       pause = setTimeout(() => { model.set(key, input.value); model.save_changes(); mark(onChange()); }, 250);
     });
     const wrap = document.createElement("label");
-    wrap.append(`${label} `, input);
+    wrap.append(`${say(label)} `, input);
     return [wrap, input];
   };
   /** @type {(key: ChoiceFilter, label: string, values: string[]) => HTMLLabelElement} */
   const choice = (key, label, values) => {
     const select = document.createElement("select");
     select.dataset.filter = key;
-    for (const value of ["", ...values]) select.add(new Option(value || "all", value, false, value === model.get(key)));
+    for (const value of ["", ...values]) select.add(new Option(value || say("all"), value, false, value === model.get(key)));
     select.addEventListener("change", () => { model.set(key, select.value); model.save_changes(); mark(onChange()); });
     const wrap = document.createElement("label");
-    wrap.append(`${label} `, select);
+    wrap.append(`${say(label)} `, select);
     return wrap;
   };
   /** @type {(key: CheckFilter, label: string) => HTMLLabelElement} */
@@ -565,7 +578,7 @@ function filterBar(model, onChange) {
     box.type = "checkbox"; box.checked = model.get(key); box.dataset.filter = key;
     box.addEventListener("change", () => { model.set(key, box.checked); model.save_changes(); mark(onChange()); });
     const wrap = document.createElement("label");
-    wrap.append(box, ` ${label}`);
+    wrap.append(box, ` ${say(label)}`);
     return wrap;
   };
   const [ranksLabel, ranksInput] = text("show_ranks", "ranks", "all");
@@ -584,8 +597,9 @@ function filterBar(model, onChange) {
  * The legend under the diagram: the kinds of calls and what the marks mean.
  * @param {string[]} kinds
  * @param {Set<number>} present the kinds of the run's calls
+ * @param {ReturnType<typeof sayer>} say
  */
-function legendOf(kinds, present) {
+function legendOf(kinds, present, say) {
   const legend = document.createElement("div");
   legend.className = "legend";
   /** @param {string} className @param {string} label @param {string} [background] */
@@ -593,7 +607,7 @@ function legendOf(kinds, present) {
     const swatch = document.createElement("span");
     swatch.className = `key ${className}`;
     if (background) swatch.style.background = background;
-    legend.append(swatch, label);
+    legend.append(swatch, say(label));
   };
   kinds.forEach((kind, k) => {  // probes look like receives; one-sided kinds only where the run has them
     if (k < 4 || (kind !== "probe" && present.has(k))) key(`kind-${kind}`, kind, `var(--mpinb-kind-${kind})`);
@@ -602,7 +616,7 @@ function legendOf(kinds, present) {
   key("waiting", "waiting");
   key("critical", "critical path");
   key("unfinished", "unfinished");
-  legend.append(" \u00b7 wheel: zoom, drag: pan, double-click: reset");
+  legend.append(` \u00b7 ${say("wheel: zoom, drag: pan, double-click: reset")}`);
   return legend;
 }
 
@@ -671,7 +685,7 @@ function timeline(model, run, box, root) {
   }
 
   const [filters, markBad] = filterBar(model, () => { const left = layout(); draw(); return left; });
-  box.append(filters, plot, legendOf(model.get("kinds"), new Set(run.ev.kind)));
+  box.append(filters, plot, legendOf(model.get("kinds"), new Set(run.ev.kind), sayer(model)));
   // The biggest loss and what set the time, in words under the picture (the rest: Per rank).
   const [loss] = model.get("losses"), [pathText] = model.get("path_text");
   for (const [text, className] of [[loss, "loss"], [pathText, "path"]]) {
@@ -735,6 +749,7 @@ function shade(cell, level) {
  * @param {HTMLElement} box
  */
 function matrix(model, box) {
+  const say = sayer(model);
   const measure = model.get("measure");
   const values = model.get(MEASURES[measure]);
   const bytes = model.get("matrix_bytes"), counts = model.get("matrix_count"), times = model.get("matrix_time");
@@ -743,16 +758,16 @@ function matrix(model, box) {
   switcher.className = "filters";
   const select = document.createElement("select");
   select.dataset.filter = "measure";
-  for (const key of Object.keys(MEASURES)) select.add(new Option(key, key, false, key === measure));
+  for (const key of Object.keys(MEASURES)) select.add(new Option(say(key), key, false, key === measure));
   select.addEventListener("change", () => {
     model.set("measure", /** @type {TraceState["measure"]} */ (select.value));
     model.save_changes();
   });
-  switcher.append("show ", select);
+  switcher.append(`${say("show")} `, select);
   const table = document.createElement("table");
   table.className = "heat";
   const head = table.insertRow();
-  head.insertCell().textContent = "from \\ to";
+  head.insertCell().textContent = say("from \\ to");
   values.forEach((_, j) => { head.insertCell().textContent = String(j); });
   /** @type {Record<TraceState["measure"], (v: number) => string>} */
   const show = { messages: (v) => (v ? String(v) : ""), bytes: (v) => (v ? fmtBytes(v) : ""), time: (v) => (v ? fmtTime(v) : "") };
@@ -763,16 +778,17 @@ function matrix(model, box) {
       const cell = tr.insertCell();
       shade(cell, value / peak);
       cell.textContent = show[measure](value);
-      cell.title = `rank ${i} \u2192 rank ${j}: ${counts[i][j]} messages, ${fmtBytes(bytes[i][j])}, ${fmtTime(times[i][j])}`;
+      cell.title = `rank ${i} \u2192 rank ${j}: ${say("{count} messages, {bytes}, {time}",
+        { count: counts[i][j], bytes: fmtBytes(bytes[i][j]), time: fmtTime(times[i][j]) })}`;
     });
   });
   const note = document.createElement("div");
   note.className = "legend";
-  note.textContent = {
-    messages: "point-to-point messages from each rank to each rank",
-    bytes: "bytes sent point to point from each rank to each rank",
+  note.textContent = say({
+    messages: "point-to-point messages and one-sided transfers from each rank to each rank",
+    bytes: "bytes sent point to point or one-sided from each rank to each rank",
     time: "seconds from each send's start to its receive's end, summed (a late sender's wait included)",
-  }[measure];
+  }[measure]);
   box.append(switcher, table, note);
 }
 
@@ -814,9 +830,9 @@ function histogram(title, data, format, box) {
  * @param {HTMLElement} box
  */
 function statistics(model, box) {
-  const hist = model.get("histograms");
-  histogram("Message sizes (messages sent, per operation)", hist.sizes, fmtBytes, box);
-  histogram("Call durations (calls, per operation)", hist.durations, fmtTime, box);
+  const hist = model.get("histograms"), say = sayer(model);
+  histogram(say("Message sizes (messages sent, per operation)"), hist.sizes, fmtBytes, box);
+  histogram(say("Call durations (calls, per operation)"), hist.durations, fmtTime, box);
 }
 
 /**
@@ -824,10 +840,16 @@ function statistics(model, box) {
  * @param {HTMLElement} box
  */
 function summary(model, box) {
-  const rows = model.get("summary");
+  const rows = model.get("summary"), say = sayer(model);
   const table = document.createElement("table");
-  table.innerHTML = "<tr><th>rank</th><th style='text-align:left'>time in MPI vs computing</th><th>wall</th>"
-    + "<th>in MPI</th><th>waiting</th><th>msgs out</th><th>msgs in</th><th>bytes out</th><th>bytes in</th></tr>";
+  const head = table.insertRow();
+  for (const label of ["rank", "time in MPI vs computing", "wall", "in MPI", "waiting", "msgs out", "msgs in",
+                       "bytes out", "bytes in"]) {
+    const th = document.createElement("th");
+    th.textContent = say(label);
+    if (label === "time in MPI vs computing") th.style.textAlign = "left";
+    head.appendChild(th);
+  }
   for (const row of rows) {
     const tr = table.insertRow();
     const share = row.wall > 0 ? row.mpi / row.wall : 0;
@@ -875,11 +897,12 @@ function render({ model, el }) {
     root.replaceChildren();
     const bar = document.createElement("div");
     bar.className = "bar";
+    const say = sayer(model);
     for (const [key, label] of PANELS) {
       const tab = document.createElement("span");
       tab.className = "tab" + (model.get("panel") === key ? " active" : "");
       tab.dataset.panel = key;
-      tab.textContent = label;
+      tab.textContent = say(label);
       tab.addEventListener("click", () => { model.set("panel", key); model.save_changes(); });
       bar.appendChild(tab);
     }
@@ -887,13 +910,15 @@ function render({ model, el }) {
     info.className = "info";
     const dropped = model.get("dropped");
     const open = run.ev.open.reduce((n, v) => n + v, 0);
-    const flows = run.flows.source.length ? `${run.flows.source.length} one-sided or neighbourhood flows \u00b7 ` : "";
-    info.textContent = `${run.ev.rank.length} MPI calls \u00b7 ${run.msg.source.length} messages \u00b7 ${flows}`
-      + fmtTime(model.get("duration")) + (open ? ` \u00b7 stopped with ${open} calls unfinished` : "")
-      + (dropped ? ` \u00b7 ${dropped} calls not recorded (buffer full)` : "");
+    const count = run.flows.source.length;
+    const flows = count ? `${say("{count} one-sided or neighbourhood flows", { count })} \u00b7 ` : "";
+    info.textContent = `${say("{count} MPI calls", { count: run.ev.rank.length })} \u00b7 `
+      + `${say("{count} messages", { count: run.msg.source.length })} \u00b7 ${flows}${fmtTime(model.get("duration"))}`
+      + (open ? ` \u00b7 ${say("stopped with {count} calls unfinished", { count: open })}` : "")
+      + (dropped ? ` \u00b7 ${say("{count} calls not recorded (buffer full)", { count: dropped })}` : "");
     const toggle = document.createElement("span");
     toggle.className = "toggle";
-    toggle.textContent = model.get("expanded") ? "\u25b4 compact" : "\u25be expand";
+    toggle.textContent = model.get("expanded") ? `\u25b4 ${say("compact")}` : `\u25be ${say("expand")}`;
     toggle.addEventListener("click", () => { model.set("expanded", !model.get("expanded")); model.save_changes(); });
     bar.append(info, toggle);
     const box = document.createElement("div");

@@ -15,11 +15,33 @@ import traitlets as t
 
 from .._colors import WIDGET_COLORS
 from .._events import KIND_NAMES
+from .._language import say
 from ..trace import Trace
 from ..trace._arrays import busy_until
 from ..trace._svg import space_time_svg, summary_text
 from ..trace._waits import WAIT_KINDS, explain
 from ._fallback import StaticFallback
+
+# What trace.js says, as templates (``{fields}`` filled in by the module): each view's words go
+# to the browser in the notebook's language (``words``), as mpinb's other sentences do (say()).
+VIEW_WORDS = (
+    "Space-time", "Matrix", "Per rank", "Statistics", "compact", "expand",
+    "{count} MPI calls", "{count} messages", "{count} one-sided or neighbourhood flows",
+    "stopped with {count} calls unfinished", "{count} calls not recorded (buffer full)",
+    "ranks", "op", "comm", "tag", "waits", "critical path", "all",
+    "send", "recv", "collective", "wait", "rma", "epoch", "io",
+    "computing", "waiting", "unfinished", "wheel: zoom, drag: pan, double-click: reset",
+    "peer", "displacement", "offset", "at", "line {line}", "made in library code: {where}",
+    "unfinished: still waiting when the run stopped", "{kind}: waited {time} for rank {peer}",
+    "late sender", "late receiver", "wait at collective", "wait at barrier", "lock held",
+    "show", "from \\ to", "messages", "bytes", "time",
+    "point-to-point messages and one-sided transfers from each rank to each rank",
+    "bytes sent point to point or one-sided from each rank to each rank",
+    "seconds from each send's start to its receive's end, summed (a late sender's wait included)",
+    "{count} messages, {bytes}, {time}",
+    "Message sizes (messages sent, per operation)", "Call durations (calls, per operation)",
+    "rank", "time in MPI vs computing", "wall", "in MPI", "msgs out", "msgs in", "bytes out", "bytes in",
+)
 
 
 def _column(values, dtype) -> bytes:
@@ -34,6 +56,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     colors = t.Dict(WIDGET_COLORS).tag(sync=True)  # what trace.js draws with (mpinb._colors)
     kinds = t.List(t.Unicode(), list(KIND_NAMES)).tag(sync=True)  # the names of the events' kinds, by number
     wait_kinds = t.List(t.Unicode(), list(WAIT_KINDS)).tag(sync=True)  # the names of the waits' kinds
+    words = t.Dict(value_trait=t.Unicode()).tag(sync=True)  # VIEW_WORDS in the notebook's language
 
     ranks = t.List(t.Int()).tag(sync=True)
     ops = t.List(t.Unicode()).tag(sync=True)
@@ -91,6 +114,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                            for rank, lines in trace.via.items() for (file, line), behind in lines.items()
                            if file in file_index},
             comms=comms,
+            words={word: said for word in VIEW_WORDS if (said := say(word)) != word},
             events={
                 "rank": _column(events["rank"], "<i4"),
                 "kind": _column(events["kind"], "<i1"),
