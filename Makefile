@@ -14,19 +14,22 @@ PYTEST_ARGS ?=
 # What `make test` also runs on Open MPI: the pool, scripts, hangs and aborts, deaths, the
 # debugger, traces, pools on Slurm and across hosts (started by Slurm and by mpiexec),
 # what keeps a pool private on a shared host, faults injected at random moments, the
-# correctness checks of --verify, and mpi4py's own
+# correctness checks of --verify, one-sided, neighbourhood, persistent, file and spawned calls, and
+# mpi4py's own
 # test suite, traced (fidelity: Open MPI's reductions are where tracing once differed; the untraced
 # pass, mpi4py's own objects in a pool, runs on the first MPI).
 # (The magics and the MPI kernel drive the pool the same way on every MPI: they run on the first.)
 CORE_TESTS := tests/test_lifecycle.py tests/test_pool.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
 	tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
-	tests/test_security.py tests/test_faults.py tests/test_verify.py tests/test_mpi4py_suite.py
+	tests/test_security.py tests/test_faults.py tests/test_verify.py tests/test_mpi4py_suite.py \
+	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py tests/test_spawn.py
 # What `make test` also runs on Intel MPI: the pool, scripts, hangs and aborts, deaths, traces
 # (its reductions too combine values in another order when nonblocking: the bits are checked),
 # and mpi4py's suite, traced.
 IMPI_TESTS := tests/test_lifecycle.py tests/test_pool.py tests/test_run_file.py tests/test_hang.py \
-	tests/test_trace.py tests/test_mpi4py_suite.py
+	tests/test_trace.py tests/test_mpi4py_suite.py \
+	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py
 
 .PHONY: install lab test test-core lint docs bench dist system clean
 
