@@ -118,10 +118,12 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         "win.Fence()\nfor target in range(size):\n    if target != rank:\n"
         "        win.Put(np.full(1, rank * 1.0), target, rank)\n        time.sleep(0.02)\nwin.Fence()\nwin.Free()",
         "%%mpi --view full\ncart = comm.Create_cart([2, 2])\ncart.neighbor_allgather(rank)\ncart.Free()",
+        "%%mpi --view full\nimport time\nwin = MPI.Win.Allocate(8, comm=comm)\ncomm.Barrier()\nif rank in (1, 2):\n"
+        "    win.Lock(0)\n    time.sleep(0.1)\n    win.Unlock(0)\ncomm.Barrier()\nwin.Free()",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "rma.ipynb") as page:
         run_all(page)
-        page.wait_for_selector(".mpinb-trace >> nth=1", timeout=90_000)
+        page.wait_for_selector(".mpinb-trace >> nth=2", timeout=90_000)
         rma, grid = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
         canvas = rma.locator("canvas[data-flows]")
         assert canvas.get_attribute("data-flows") == "12", "a Put from each rank to each other rank"
@@ -146,6 +148,10 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         cells = rma.locator("table.heat td.cell")
         assert cells.count() == 16 and cells.nth(1).inner_text() == "1", "rank 0 put once into rank 1"
         assert grid.locator("canvas").get_attribute("data-flows") == "8", "each rank to its 2 neighbours only"
+        locked = page.locator(".mpinb-trace").nth(2)
+        assert locked.locator("canvas").get_attribute("data-locks") == "2", "two holds on rank 0's lane"
+        locked.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-rma-lock.png"))
     assert not wait_until_gone(15, existing_pools)
 
 

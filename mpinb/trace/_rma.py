@@ -94,3 +94,26 @@ def lock_holds(events: np.ndarray) -> list[tuple[int, int]]:
                         and events["comm"][u] == window and events["peer"][u] == target), -1)
         holds.append((i, release))
     return holds
+
+
+class LockEpoch(TypedDict):
+    window: str
+    holder: int  # world ranks
+    target: int
+    exclusive: bool
+    start: float  # the lock was granted
+    end: float  # the Unlock returned (the run's end for a lock never released)
+
+
+def lock_epochs(events: np.ndarray) -> list[LockEpoch]:
+    """Each passive-target epoch: from the ``Lock`` granted to the ``Unlock`` (drawn on the
+    target's lane, which takes no part in it)."""
+    found: list[LockEpoch] = []
+    for lock, release in lock_holds(events):
+        held = events[lock]
+        if held["peer_world"] < 0:
+            continue
+        end = float(events["end"][release]) if release >= 0 else float(events["end"].max())
+        found.append({"window": str(held["comm"]), "holder": int(held["rank"]), "target": int(held["peer_world"]),
+                      "exclusive": bool(held["tag"] == 1), "start": float(held["end"]), "end": end})
+    return found

@@ -14,7 +14,7 @@ from ._findings import Finding, findings
 from ._match import match_messages
 from ._neighbors import Exchange, neighbor_exchanges
 from ._path import CriticalPath, critical_path
-from ._rma import Transfer, transfers
+from ._rma import LockEpoch, Transfer, lock_epochs, transfers
 from ._synchronous import stalled
 from ._waits import Wait, waiting_per_rank, waits
 
@@ -135,6 +135,11 @@ class Trace:
         if self._transfers is None:
             self._transfers = transfers(self.events, self.collective_groups())
         return list(self._transfers)
+
+    def lock_epochs(self) -> list[LockEpoch]:
+        """Passive-target epochs: who held which target's lock of which window, exclusive or
+        shared, from the grant to the ``Unlock``."""
+        return lock_epochs(self.events)
 
     def neighbor_exchanges(self) -> list[Exchange]:
         """What each member of a neighbourhood collective sent each of its neighbours: one dict

@@ -60,6 +60,7 @@ export interface TraceState {
   events: Record<string, Column>;
   messages: Record<string, Column>;
   flows: Record<string, Column>;
+  locks: Record<string, Column>;
   collectives: Record<string, Column>;
   waits: Record<string, Column>;
   path: Record<string, Column>;

@@ -6,7 +6,7 @@
 /** @typedef {import("@anywidget/types").AnyModel<TraceState>} Model */
 /**
  * The columns of one run, as typed arrays.
- * @typedef {{ ev: Events, msg: Messages, flows: Flows, coll: Collectives, waits: Waits, path: PathSteps,
+ * @typedef {{ ev: Events, msg: Messages, flows: Flows, locks: Locks, coll: Collectives, waits: Waits, path: PathSteps,
  *   allRanks: number[] }} Run
  * @typedef {{ rank: Int32Array, kind: Int8Array, op: Int16Array, comm: Int16Array, start: Float64Array,
  *   stop: Float64Array, peer: Int32Array, tag: Int32Array, bytes: Float64Array, file: Int16Array,
@@ -17,6 +17,9 @@
  * the data went, and neighbourhood collectives, from each member's call to each neighbour's.
  * @typedef {{ source: Int32Array, dest: Int32Array, start: Float64Array, end: Float64Array,
  *   call: Int32Array, closer: Int32Array }} Flows
+ * Passive-target epochs, drawn on the target's lane: who held its lock, from grant to Unlock.
+ * @typedef {{ target: Int32Array, holder: Int32Array, start: Float64Array, end: Float64Array,
+ *   exclusive: Int8Array }} Locks
  * @typedef {{ low: Int32Array, high: Int32Array, start: Float64Array, end: Float64Array,
  *   op: Int16Array, comm: Int16Array }} Collectives
  * @typedef {{ rank: Int32Array, start: Float64Array, end: Float64Array, peer: Int32Array,
@@ -29,8 +32,8 @@
  * @typedef {{ laneH: number, width: number, height: number, view: { t0: number, t1: number },
  *   xOf: (t: number) => number, tOf: (x: number) => number, yOf: (lane: number) => number }} Frame
  * What the canvas draws with: the data's colours (mpinb/_colors.py) and the theme's (trace.css).
- * @typedef {{ kinds: string[], wait: string, path: string, collective: string, lane: string, text: string,
- *   muted: string }} Paint
+ * @typedef {{ kinds: string[], epoch: string, wait: string, path: string, collective: string, lane: string,
+ *   text: string, muted: string }} Paint
  * @typedef {CanvasRenderingContext2D} Context
  */
 
@@ -57,7 +60,7 @@ function paintOf(model, root) {
   const style = getComputedStyle(root), colors = model.get("colors");
   const css = (/** @type {string} */ name) => style.getPropertyValue(name).trim() || "gray";
   return {
-    kinds: model.get("kinds").map((kind) => colors[`kind-${kind}`] || "gray"),
+    kinds: model.get("kinds").map((kind) => colors[`kind-${kind}`] || "gray"), epoch: colors["kind-epoch"] || "gray",
     wait: colors.wait, path: colors.path, collective: colors["collective-frame"],
     lane: css("--mpinb-lane"), text: css("--mpinb-text"), muted: css("--mpinb-muted"),
   };
@@ -95,7 +98,7 @@ function column(view, Type) {
  * @returns {Run}
  */
 function load(model) {
-  const e = model.get("events"), m = model.get("messages"), c = model.get("collectives"), r = model.get("flows");
+  const e = model.get("events"), m = model.get("messages"), c = model.get("collectives"), r = model.get("flows"), l = model.get("locks");
   const w = model.get("waits"), p = model.get("path");
   const ev = {
     rank: column(e.rank, Int32Array), kind: column(e.kind, Int8Array), op: column(e.op, Int16Array),
@@ -113,6 +116,10 @@ function load(model) {
     start: column(r.start, Float64Array), end: column(r.end, Float64Array),
     call: column(r.call, Int32Array), closer: column(r.closer, Int32Array),
   };
+  const locks = {
+    target: column(l.target, Int32Array), holder: column(l.holder, Int32Array),
+    start: column(l.start, Float64Array), end: column(l.end, Float64Array), exclusive: column(l.exclusive, Int8Array),
+  };
   const coll = {
     low: column(c.low, Int32Array), high: column(c.high, Int32Array),
     start: column(c.start, Float64Array), end: column(c.end, Float64Array),
@@ -123,7 +130,7 @@ function load(model) {
     peer: column(w.peer, Int32Array), kind: column(w.kind, Int8Array),
   };
   const path = { rank: column(p.rank, Int32Array), start: column(p.start, Float64Array), end: column(p.end, Float64Array) };
-  return { ev, msg, flows, coll, waits, path, allRanks: model.get("ranks") };
+  return { ev, msg, flows, locks, coll, waits, path, allRanks: model.get("ranks") };
 }
 
 /**
@@ -383,6 +390,40 @@ function drawFlows(g, frame, run, shown, paint) {
   }
   g.restore();
   return arrows;
+}
+
+/**
+ * Each passive-target epoch as a bracket along the top of the target's lane, in the epoch
+ * colour (solid: an exclusive lock; dashed: a shared one), labelled with its holder when wide
+ * enough: the target takes no part in the epoch, so its lane shows who held it. Returns the
+ * brackets drawn.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawLocks(g, frame, run, shown, paint) {
+  const { locks } = run, { lane } = shown;
+  let drawn = 0;
+  g.save();
+  g.strokeStyle = g.fillStyle = paint.epoch;
+  g.lineWidth = 3;
+  g.font = "9px sans-serif";
+  g.textBaseline = "top";
+  for (let k = 0; k < locks.target.length; k++) {
+    const laneIndex = lane.get(locks.target[k]);
+    if (laneIndex === undefined) continue;
+    const x0 = frame.xOf(locks.start[k]), x1 = Math.max(frame.xOf(locks.end[k]), x0 + 1);
+    if (x1 < LEFT || x0 > frame.width) continue;
+    const y = frame.yOf(laneIndex) + 2;
+    g.setLineDash(locks.exclusive[k] ? [] : [3, 2]);
+    g.beginPath(); g.moveTo(x0, y + 3); g.lineTo(x0, y); g.lineTo(x1, y); g.lineTo(x1, y + 3); g.stroke();
+    if (x1 - x0 > 40 && frame.laneH >= 16) g.fillText(`\u{1F512} ${locks.holder[k]}`, x0 + 2, y + 2);
+    drawn++;
+  }
+  g.restore();
+  return drawn;
 }
 
 /**
@@ -676,11 +717,12 @@ function timeline(model, run, box, root) {
     drawCollectives(g, frame, run, shown, paint);
     const arrows = drawMessages(g, frame, run, shown, paint);
     const flows = drawFlows(g, frame, run, shown, paint);
+    const locks = drawLocks(g, frame, run, shown, paint);
     const open = drawOpen(g, frame, run, shown, paint);
     const path = model.get("show_path") ? drawPath(g, frame, run, shown, paint) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, flows, waits, open, path,
+    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, flows, locks, waits, open, path,
                                     axisEnd: duration });
   }
 

@@ -69,6 +69,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     # the arrows that are not point-to-point messages: one-sided (RMA) transfers, and each member's
     # data to each neighbour in a neighbourhood collective (source, dest, start, end, call, closer)
     flows = t.Dict().tag(sync=True)
+    locks = t.Dict().tag(sync=True)  # passive-target epochs: target, holder, start, end, exclusive (1/0)
     collectives = t.Dict().tag(sync=True)
     waits = t.Dict().tag(sync=True)  # wait states: rank, start, end, peer, kind (index in WAIT_KINDS)
     path = t.Dict().tag(sync=True)  # the critical path's steps: rank, start, end
@@ -103,6 +104,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
         comm_index = {name: i for i, name in enumerate(comms)}
         messages = trace.messages()
         flows = [*trace.transfers(), *trace.neighbor_exchanges()]
+        locks = trace.lock_epochs()
         collectives = trace.collectives()
         waits = trace.waits()
         path = trace.critical_path()
@@ -144,6 +146,13 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                 "end": _column([f["end"] for f in flows], "<f8"),
                 "call": _column([f["index"] for f in flows], "<i4"),
                 "closer": _column([f["closer"] for f in flows], "<i4"),
+            },
+            locks={
+                "target": _column([e["target"] for e in locks], "<i4"),
+                "holder": _column([e["holder"] for e in locks], "<i4"),
+                "start": _column([e["start"] for e in locks], "<f8"),
+                "end": _column([e["end"] for e in locks], "<f8"),
+                "exclusive": _column([e["exclusive"] for e in locks], "<i1"),
             },
             collectives={
                 "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
