@@ -236,6 +236,23 @@ class TwinClass(type):
         return type.__hash__(cls.__dict__.get("_mpinb_plain", cls))
 
 
+class StandIn(TwinClass):
+    """The class of a traced class that stands in for mpi4py's under its name in ``MPI`` while
+    tracing (``MPI.Request``, ``MPI.Prequest``, ``MPI.Message``, ``MPI.Win``, ``MPI.File``): every
+    object of mpi4py's class is an instance of it, as under mpiexec. A class marks itself with
+    ``_mpinb_stands_in`` in its own body; user subclasses of it are classes of their own."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        if cls.__dict__.get("_mpinb_stands_in"):
+            return isinstance(obj, cls.__dict__["_mpinb_plain"])
+        return type.__instancecheck__(cls, obj)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        if cls.__dict__.get("_mpinb_stands_in"):
+            return issubclass(sub, cls.__dict__["_mpinb_plain"])
+        return type.__subclasscheck__(cls, sub)
+
+
 _PLAIN_BY_NAME: dict[str, type] = {}
 
 

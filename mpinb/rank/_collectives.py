@@ -96,6 +96,11 @@ _CALLS_PER_EPOCH = 2**20
 _TAG_SPAN = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30) - 1
 
 
+def epoch() -> int:
+    """The pool's count of fresh worlds as this rank last moved to one (see ``set_epoch``)."""
+    return _epoch
+
+
 def set_epoch(generation: int) -> None:
     """After an aborted run (every rank, with the same ``generation``, the pool's count of fresh
     worlds): mpinb's traffic starts afresh everywhere."""

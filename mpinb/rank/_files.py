@@ -22,7 +22,7 @@ from time import perf_counter as _now
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, FILE_COLLECTIVES, IO
-from ._calls import NAN, TwinClass, arg, call_site, nbytes, pickle_plain_copies, receives_into
+from ._calls import NAN, StandIn, arg, call_site, nbytes, pickle_plain_copies, receives_into
 from ._collectives import agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
@@ -30,13 +30,6 @@ from ._windows import PrivateGroup, private_group, traced_parent
 
 PlainFile = MPI.File  # mpi4py's own class; MPI.File is replaced by TracedFile while tracing
 
-
-class _FileMeta(TwinClass):
-    def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, PlainFile) if cls is TracedFile else type.__instancecheck__(cls, obj)
-
-    def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, PlainFile) if cls is TracedFile else type.__subclasscheck__(cls, sub)
 
 
 def _group(file) -> PrivateGroup | None:
@@ -132,9 +125,10 @@ _INDEPENDENT = ("Read", "Write", "Read_at", "Write_at", "Read_shared", "Write_sh
                 "Iread", "Iwrite", "Iread_at", "Iwrite_at", "Iread_shared", "Iwrite_shared")
 
 
-class TracedFile(PlainFile, metaclass=_FileMeta):
+class TracedFile(PlainFile, metaclass=StandIn):
     """``MPI.File`` while tracing is on: mpi4py's file, its calls recorded (see the module)."""
 
+    _mpinb_stands_in = True
     _mpinb_plain = PlainFile
     Open: classmethod = classmethod(_named(_open, PlainFile.Open))
     locals().update({name: _agreed(name, name if "_all" in name else f"File.{name}") for name in _AGREED})

@@ -14,7 +14,7 @@ from .._events import PROBE, RECV
 from ._calls import (
     BYTE,
     NAN,
-    TwinClass,
+    StandIn,
     abandoned_if_broken,
     arg,
     call_site,
@@ -34,40 +34,33 @@ from ._waiting import wait_request as _poll_request
 PlainMessage = MPI.Message  # mpi4py's own class; MPI.Message is replaced by TracedMessage while tracing
 
 
-class _MessageMeta(TwinClass):
-    def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, PlainMessage) if cls is TracedMessage else type.__instancecheck__(cls, obj)
 
-    def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, PlainMessage) if cls is TracedMessage else type.__subclasscheck__(cls, sub)
+def _probe_of(name: str, comms: str) -> classmethod:
+    """``MPI.Message.<name>(comm, ...)``: a traced communicator's ``<comms>`` (recorded, polled),
+    mpi4py's own on any other."""
+    plain = getattr(PlainMessage, name)
+
+    def probe(cls, comm, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status=None):
+        if hasattr(comm, "_mpinb_shadow"):
+            return getattr(comm, comms)(source, tag, status)
+        return plain(comm, source, tag, status)
+
+    probe.__name__, probe.__qualname__, probe.__doc__ = name, f"Message.{name}", plain.__doc__
+    return classmethod(probe)
 
 
-class TracedMessage(PlainMessage, metaclass=_MessageMeta):
+class TracedMessage(PlainMessage, metaclass=StandIn):
     """``MPI.Message`` while tracing is on: a message a traced probe matched, whose receive is
     recorded (and polled: a large message's data may still need its sender's progress)."""
 
+    _mpinb_stands_in = True
     _mpinb_plain = PlainMessage
     _matched: tuple | None = None  # (comm twin, source, tag, bytes, when the probe matched it)
 
-    @classmethod
-    def probe(cls, comm, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status=None):
-        return comm.mprobe(source, tag, status) if hasattr(comm, "_mpinb_shadow") else \
-            PlainMessage.probe(comm, source, tag, status)
-
-    @classmethod
-    def iprobe(cls, comm, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status=None):
-        return comm.improbe(source, tag, status) if hasattr(comm, "_mpinb_shadow") else \
-            PlainMessage.iprobe(comm, source, tag, status)
-
-    @classmethod
-    def Probe(cls, comm, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status=None):
-        return comm.Mprobe(source, tag, status) if hasattr(comm, "_mpinb_shadow") else \
-            PlainMessage.Probe(comm, source, tag, status)
-
-    @classmethod
-    def Iprobe(cls, comm, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status=None):
-        return comm.Improbe(source, tag, status) if hasattr(comm, "_mpinb_shadow") else \
-            PlainMessage.Iprobe(comm, source, tag, status)
+    probe = _probe_of("probe", "mprobe")
+    iprobe = _probe_of("iprobe", "improbe")
+    Probe = _probe_of("Probe", "Mprobe")
+    Iprobe = _probe_of("Iprobe", "Improbe")
 
     # (each may be called unbound with a plain message: ``MPI.Message.Recv(m, buf)``, as pkl5 does)
     def recv(self, status=None):

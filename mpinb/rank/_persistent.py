@@ -15,26 +15,31 @@ from time import perf_counter as _now
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, SEND
-from ._calls import NAN, PlainRequest, arg, call_site, converter, named, nbytes, pickle_plain_copies, receives_into
+from ._calls import (
+    NAN,
+    PlainRequest,
+    StandIn,
+    arg,
+    call_site,
+    converter,
+    named,
+    nbytes,
+    pickle_plain_copies,
+    receives_into,
+)
 from ._collectives import ROOTS_UPPER
 from ._recorder import RECORDER as _rec
-from ._requests import TRACED_CLASSES, RequestMeta, TracedRequest
+from ._requests import TRACED_CLASSES, TracedRequest
 
 PlainPrequest = MPI.Prequest  # mpi4py's own class; MPI.Prequest is replaced by TracedPrequest while tracing
 
 
-class _PrequestMeta(RequestMeta):
-    def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, PlainPrequest) if cls is TracedPrequest else type.__instancecheck__(cls, obj)
 
-    def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, PlainPrequest) if cls is TracedPrequest else type.__subclasscheck__(cls, sub)
-
-
-class TracedPrequest(TracedRequest, PlainPrequest, metaclass=_PrequestMeta):
+class TracedPrequest(TracedRequest, PlainPrequest, metaclass=StandIn):
     """``MPI.Prequest`` while tracing is on: each start of a traced persistent request records
     the operation it starts; its waits are polled (see ``TracedRequest``)."""
 
+    _mpinb_stands_in = True
     _template: tuple | None = None  # (op, kind, comm id, peer, tag, sent, received) of each start
     _mpinb_plain = PlainPrequest
     fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")

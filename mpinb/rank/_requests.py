@@ -9,20 +9,19 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, RECV, WAIT, world_rank
 from .._protocol import WaitState, wait_state
-from ._calls import BYTE, PlainRequest, TwinClass, call_site, converter, first_item, pickle_plain_copies, poll_result
+from ._calls import (
+    BYTE,
+    PlainRequest,
+    StandIn,
+    call_site,
+    converter,
+    first_item,
+    pickle_plain_copies,
+    poll_result,
+)
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
-
-
-class RequestMeta(TwinClass):
-    """``isinstance(r, MPI.Request)`` stays true for every request once MPI.Request is ours."""
-
-    def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, PlainRequest) if cls is TracedRequest else type.__instancecheck__(cls, obj)
-
-    def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, PlainRequest) if cls is TracedRequest else type.__subclasscheck__(cls, sub)
 
 
 def _traced(request) -> bool:
@@ -31,12 +30,13 @@ def _traced(request) -> bool:
     return getattr(request, "_event", None) is not None
 
 
-class TracedRequest(PlainRequest, metaclass=RequestMeta):
+class TracedRequest(PlainRequest, metaclass=StandIn):
     """``MPI.Request`` while tracing is on: mpi4py's request, whose waits are polled (so they can
     be interrupted), and whose completion fills in its call's event (for a receive: the actual
     source, tag and size). A traced call's request takes over mpi4py's (its handle and the
     buffers mpi4py keeps for it); one that user code makes (``MPI.Request(r)``) is a plain copy."""
 
+    _mpinb_stands_in = True
     _what: list | None = None   # the call that made it, for the status channel
     _event: list | None = None  # its event, until completion fills it in
     _mpinb_plain = PlainRequest

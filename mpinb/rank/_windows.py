@@ -31,23 +31,14 @@ from .._events import COLLECTIVE, EPOCH, RMA
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
 from . import _left
-from ._calls import PlainIntracomm, TwinClass, arg, call_site, nbytes, pickle_plain_copies
-from ._collectives import agree
+from ._calls import PlainIntracomm, StandIn, arg, call_site, nbytes, pickle_plain_copies
+from ._collectives import agree, epoch
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 
 PlainWin = MPI.Win  # mpi4py's own class; MPI.Win is replaced by TracedWin while tracing
 _WORLD_GROUP = MPI.COMM_WORLD.Get_group()
 
-
-class _WinMeta(TwinClass):
-    """``isinstance(w, MPI.Win)`` stays true for every window once MPI.Win is ours."""
-
-    def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, PlainWin) if cls is TracedWin else type.__instancecheck__(cls, obj)
-
-    def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, PlainWin) if cls is TracedWin else type.__subclasscheck__(cls, sub)
 
 
 class PrivateGroup:
@@ -59,14 +50,18 @@ class PrivateGroup:
     def __init__(self, cid: str, private: MPI.Intracomm, members: list[int]):
         self._mpinb_id, self.members = cid, members
         self._mpinb_shadow: MPI.Intracomm | None = private
+        self._made_in = epoch()  # the world it was made in: see free()
         self.posted: list[int] = []  # world ranks of the origins of the last Post (Win.Wait waits for them)
 
     def Get_size(self) -> int:
         return len(self.members)
 
     def free(self) -> None:
+        """With the window or file. The private copy is kept if a run was aborted since it was
+        made: an agreement broken off then may have left a message in flight on it, which a
+        communicator made later under its freed context would receive (seen: a Split took one)."""
         private, self._mpinb_shadow = self._mpinb_shadow, None
-        if private is not None:
+        if private is not None and self._made_in == epoch():
             private.Free()
         _rec.forget(self._mpinb_id)
 
@@ -244,9 +239,10 @@ def _waiting_for_origins(cid: str, origins: list[int], where: tuple[str, int]) -
     return wait_state("Win.Wait", "collective", where, comm=cid, members=list(origins) or None)
 
 
-class TracedWin(PlainWin, metaclass=_WinMeta):
+class TracedWin(PlainWin, metaclass=StandIn):
     """``MPI.Win`` while tracing is on: mpi4py's window, its calls recorded (see the module)."""
 
+    _mpinb_stands_in = True
     _mpinb_plain = PlainWin
     Create = _made_by("Create")
     Allocate = _made_by("Allocate")
