@@ -425,6 +425,8 @@ ZH: dict[str, str] = {
         "等最后到达的 rank {peer}（{peer_op}，第 {peer_line} 行）：负载不均衡",
     "for rank {peer}, which held the window's lock since line {peer_line} ({peer_op})":
         "等 rank {peer}：它从第 {peer_line} 行（{peer_op}）起一直持有该窗口的锁",
+    "for rank {peer}, which exposed its window only {lost} later ({peer_op}, line {peer_line})":
+        "等 rank {peer}：它晚了 {lost} 才开放窗口（{peer_op}，第 {peer_line} 行）",
     "rank {rank} waited {lost} in {where} {why}": "rank {rank} 在 {where}中等待了 {lost}：{why}",
     "critical path: none, the run was stopped before it finished": "关键路径：无，运行在结束前被停止了",
     "critical path: no MPI calls recorded": "关键路径：没有记录到 MPI 调用",
@@ -520,6 +522,7 @@ ZH: dict[str, str] = {
     "wait at collective": "集合通信等待",
     "wait at barrier": "屏障等待",
     "lock held": "锁被占用",
+    "late post": "目标开放迟到",
     "show": "显示",
     "from \\ to": "从 \\ 到",
     "messages": "消息数",

@@ -196,3 +196,26 @@ def test_the_static_diagram_draws_the_transfers_and_speaks_chinese(pool4):
         assert "次调用" in space_time_svg(res.trace)
     finally:
         set_language(None)
+
+
+def test_a_late_post_is_a_wait_for_the_target(pool4):
+    res = pool4.run(
+        "import numpy as np, time\n"
+        "buf = np.zeros(1)\n"
+        "win = MPI.Win.Create(buf, comm=comm)\n"
+        "group = comm.Get_group()\n"
+        "if rank == 0:\n"
+        "    time.sleep(0.3)\n"
+        "    win.Post(group.Incl([1]))\n"
+        "    win.Wait()\n"
+        "elif rank == 1:\n"
+        "    win.Start(group.Incl([0]))\n"
+        "    win.Put(np.ones(1), 0)\n"
+        "    win.Complete()\n"
+        "group.Free()\n"
+        "win.Free()\n")
+    [wait] = [w for w in res.trace.waits() if w["kind"] == "late post"]
+    assert (wait["rank"], wait["peer"], wait["peer_op"], wait["peer_line"]) == (1, 0, "Win.Post", 7)
+    assert wait["op"] in ("Win.Start", "Win.Complete") and 0.2 < wait["seconds"] < 0.6
+    said = [line for line in explain(res.trace.waits()) if "exposed its window" in line]
+    assert said and said[0].startswith("rank 1 waited") and "(Win.Post, line 7)" in said[0]

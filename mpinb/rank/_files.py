@@ -26,14 +26,10 @@ from ._calls import NAN, StandIn, arg, call_site, nbytes, pickle_plain_copies, r
 from ._collectives import agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
-from ._windows import PrivateGroup, private_group, traced_parent
+from ._windows import group_of, private_group, traced_parent
 
 PlainFile = MPI.File  # mpi4py's own class; MPI.File is replaced by TracedFile while tracing
 
-
-
-def _group(file) -> PrivateGroup | None:
-    return getattr(file, "_mpinb_group", None)
 
 
 def _open(cls, comm, filename, amode: int = MPI.MODE_RDONLY, info=MPI.INFO_NULL):
@@ -57,7 +53,7 @@ def _agreed(name: str, label: str):
     at = "_at" in name
 
     def method(self, *args, **kwargs):
-        group = _group(self)
+        group = group_of(self)
         if group is None:
             return plain(self, *args, **kwargs)
         where = call_site()
@@ -96,7 +92,7 @@ def _independent(name: str):
     nonblocking = name.startswith("I")
 
     def method(self, *args, **kwargs):
-        group = _group(self)
+        group = group_of(self)
         if not _rec.on or group is None:
             return plain(self, *args, **kwargs)
         where = call_site()

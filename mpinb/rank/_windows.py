@@ -116,6 +116,12 @@ def _made_by(name: str) -> classmethod:
     return classmethod(make)
 
 
+def group_of(window) -> PrivateGroup | None:
+    """The members of a window (or file), if a traced run made it (each method may be called
+    unbound with one an untraced run made: ``MPI.Win.Fence(w)``, which has no attributes of mpinb's)."""
+    return getattr(window, "_mpinb_group", None)
+
+
 def _target_disp(target) -> int:
     """The displacement of an mpi4py target spec: ``None``, ``disp`` or ``(disp, count, datatype)``."""
     if target is None:
@@ -147,7 +153,7 @@ def _data_call(name: str):
         start = _now()
         returned = plain(self, *args, **kwargs)
         end = _now()
-        group = self.__dict__.get("_mpinb_group")
+        group = group_of(self)
         if group is not None:
             sent = nbytes(arg(args, kwargs, sent_at, "origin")) if sent_at is not None else 0
             received = 0
@@ -166,7 +172,7 @@ def _epoch_call(name: str, label: str, peer_at: int | None = None):
     plain = getattr(PlainWin, name)
 
     def method(self, *args, **kwargs):
-        group = self.__dict__.get("_mpinb_group")
+        group = group_of(self)
         if name == "Post" and group is not None:
             group.posted = _world_ranks_of(arg(args, kwargs, 0, "group"))
         if not _rec.on or group is None:
@@ -200,7 +206,7 @@ def _collective_call(name: str, label: str):
     plain = getattr(PlainWin, name)
 
     def method(self, *args, **kwargs):
-        group: PrivateGroup | None = self.__dict__.get("_mpinb_group")
+        group = group_of(self)
         if group is None:
             return plain(self, *args, **kwargs)
         where = call_site()
@@ -221,7 +227,7 @@ def _collective_call(name: str, label: str):
 
 def _wait(self) -> Literal[True]:
     """``Win.Wait``: ``Win.Test`` polled, so that an epoch nobody completes can be interrupted."""
-    group: PrivateGroup | None = self.__dict__.get("_mpinb_group")
+    group = group_of(self)
     if group is None:
         return PlainWin.Wait(self)
     where = call_site()

@@ -7,7 +7,9 @@ and Vampir name), computed from a trace's events and matched messages.
 - wait at collective (or at barrier): a rank entered a collective before the last member did
   (a window's ``Fence`` among them);
 - lock held: a rank's ``Lock`` of a window's target waited while another rank held a lock there
-  that excludes it (one of the two exclusive).
+  that excludes it (one of the two exclusive);
+- late post: an origin's ``Win.Start`` or ``Win.Complete`` waited for a target that exposed its
+  window (``Win.Post``) only later.
 
 A nonblocking call waits only in the ``Wait``/``Waitall``... that completed it: the time between
 posting and waiting is the rank's own. A wait call that completed several late operations lost
@@ -20,14 +22,14 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from .._events import WAIT
+from .._events import EPOCH, WAIT
 from .._language import say
 from ._rma import lock_holds
 
 if TYPE_CHECKING:
     from ._trace import Trace
 
-WAIT_KINDS = ("late sender", "late receiver", "wait at collective", "wait at barrier", "lock held")
+WAIT_KINDS = ("late sender", "late receiver", "wait at collective", "wait at barrier", "lock held", "late post")
 # Shorter waits are noise (a message in flight, clocks aligned to a few microseconds).
 SMALLEST_WAIT = 1e-4
 
@@ -50,7 +52,7 @@ def waits(trace: Trace) -> list[Wait]:
     events = trace.events
     waited_in = _waited_in(events)
     found = (_point_to_point(events, waited_in, trace.message_halves())
-             + _collective(events, waited_in, trace.collective_groups()) + _lock(events))
+             + _collective(events, waited_in, trace.collective_groups()) + _lock(events) + _late_post(events))
     longest: dict[tuple[int, float], Wait] = {}  # one loss per waiting call
     for w in found:
         key = (w["rank"], w["start"])
@@ -140,6 +142,27 @@ def _lock(events) -> list[Wait]:
     return found
 
 
+def _late_post(events) -> list[Wait]:
+    """Each ``Win.Start`` or ``Win.Complete`` that lasted while another member of its window
+    posted only after it began: it waited for the latest such ``Win.Post`` (MPI lets either call
+    wait for the targets' posts)."""
+    found: list[Wait] = []
+    is_epoch = events["kind"] == EPOCH
+    posts = np.flatnonzero(is_epoch & (events["op"] == "Win.Post"))
+    if not len(posts):
+        return found
+    for i in np.flatnonzero(is_epoch & np.isin(events["op"], ("Win.Start", "Win.Complete"))).tolist():
+        waiting = events[i]
+        if waiting["open"] or waiting["end"] - waiting["start"] < SMALLEST_WAIT:
+            continue
+        late = [p for p in posts.tolist() if events["comm"][p] == waiting["comm"]
+                and events["rank"][p] != waiting["rank"] and waiting["start"] < events["start"][p] <= waiting["end"]]
+        if late:
+            post = events[max(late, key=lambda p: float(events["start"][p]))]
+            found.append(_wait("late post", waiting, post, float(post["start"]) - float(waiting["start"])))
+    return found
+
+
 def _wait(kind: str, waiting, awaited, lost: float) -> Wait:
     return {"kind": kind, "rank": int(waiting["rank"]), "peer": int(awaited["rank"]), "op": str(waiting["op"]),
             "file": str(waiting["file"]), "line": int(waiting["line"]), "peer_op": str(awaited["op"]),
@@ -161,6 +184,9 @@ def explain(found: list[Wait], top: int = 3) -> list[str]:
             why = say("for rank {peer}, which sent only {lost} later ({peer_op}, line {peer_line})", lost=lost, **peer)
         elif w["kind"] == "lock held":
             why = say("for rank {peer}, which held the window's lock since line {peer_line} ({peer_op})", **peer)
+        elif w["kind"] == "late post":
+            why = say("for rank {peer}, which exposed its window only {lost} later ({peer_op}, line {peer_line})",
+                      lost=lost, **peer)
         elif w["kind"] == "late receiver":
             why = say("for rank {peer} to post its receive ({peer_op}, line {peer_line})", **peer)
         else:

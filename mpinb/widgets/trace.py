@@ -33,7 +33,7 @@ VIEW_WORDS = (
     "computing", "waiting", "unfinished", "wheel: zoom, drag: pan, double-click: reset",
     "peer", "displacement", "offset", "at", "line {line}", "made in library code: {where}",
     "unfinished: still waiting when the run stopped", "{kind}: waited {time} for rank {peer}",
-    "late sender", "late receiver", "wait at collective", "wait at barrier", "lock held",
+    "late sender", "late receiver", "wait at collective", "wait at barrier", "lock held", "late post",
     "show", "from \\ to", "messages", "bytes", "time",
     "point-to-point messages and one-sided transfers from each rank to each rank",
     "bytes sent point to point or one-sided from each rank to each rank",
