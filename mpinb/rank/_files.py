@@ -26,7 +26,7 @@ from ._calls import NAN, StandIn, arg, call_site, nbytes, pickle_plain_copies, r
 from ._collectives import agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
-from ._windows import group_of, private_group, traced_parent
+from ._windows import agreed_call, group_of, private_group, traced_parent
 
 PlainFile = MPI.File  # mpi4py's own class; MPI.File is replaced by TracedFile while tracing
 
@@ -56,20 +56,10 @@ def _agreed(name: str, label: str):
         group = group_of(self)
         if group is None:
             return plain(self, *args, **kwargs)
-        where = call_site()
-        start = _now()
-        if group.Get_size() > 1 and group._mpinb_shadow is not None:
-            agree(group, f"File.{name}", -1, where)
-        returned = plain(self, *args, **kwargs)
-        if _rec.on:
-            end = _now()
-            sent, received = _io_bytes(name, args, kwargs, 1 if at else 0)
-            offset = int(arg(args, kwargs, 0, "offset")) if at else -1
-            _rec.add((label, COLLECTIVE, group._mpinb_id, -1, offset, sent, received, start, end, end, *where))
-        if name == "Close":
-            del self._mpinb_group
-            group.free()
-        return returned
+        sent, received = _io_bytes(name, args, kwargs, 1 if at else 0) if _rec.on else (0, 0)
+        offset = int(arg(args, kwargs, 0, "offset")) if at else -1
+        return agreed_call(self, group, f"File.{name}", lambda: plain(self, *args, **kwargs), call_site(),
+                           name == "Close", label, offset, sent, received)
 
     return _named(method, plain)
 

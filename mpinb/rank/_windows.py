@@ -201,26 +201,34 @@ def _named(method, plain):
     return method
 
 
+def agreed_call(owner, group: PrivateGroup, agreed_as: str, call, where: tuple[str, int], frees: bool,
+                label: str, offset: int = -1, sent: int = 0, received: int = 0):
+    """A collective on a window or file: every member of ``group`` agrees on ``agreed_as`` first
+    (polled, interruptible), then ``call()``, MPI's own; recorded as ``label``. ``frees``: the call
+    freed ``owner``, whose private copy goes with it."""
+    start = _now()
+    if group.Get_size() > 1 and group._mpinb_shadow is not None:
+        agree(group, agreed_as, -1, where)
+    returned = call()
+    if _rec.on:
+        end = _now()
+        _rec.add((label, COLLECTIVE, group._mpinb_id, -1, offset, sent, received, start, end, end, *where))
+    if frees:
+        del owner._mpinb_group
+        group.free()
+    return returned
+
+
 def _collective_call(name: str, label: str):
-    """``Fence`` and ``Free``: every member agrees first (polled, interruptible), then MPI's call."""
+    """``Fence`` and ``Free`` (which mpi4py's ``free()`` calls too): agreed, then MPI's call."""
     plain = getattr(PlainWin, name)
 
     def method(self, *args, **kwargs):
         group = group_of(self)
         if group is None:
             return plain(self, *args, **kwargs)
-        where = call_site()
-        start = _now()
-        if group.Get_size() > 1 and group._mpinb_shadow is not None:
-            agree(group, label, -1, where)
-        returned = plain(self, *args, **kwargs)
-        if _rec.on:
-            end = _now()
-            _rec.add((label, COLLECTIVE, group._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
-        if name == "Free":  # (mpi4py's free() calls it too)
-            del self._mpinb_group
-            group.free()
-        return returned
+        return agreed_call(self, group, label, lambda: plain(self, *args, **kwargs), call_site(), name == "Free",
+                           label)
 
     return _named(method, plain)
 
