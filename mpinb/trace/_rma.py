@@ -49,24 +49,24 @@ def transfers(events: np.ndarray, groups: dict[tuple, list[int]]) -> list[Transf
         if events["op"][members[0]] == "Fence":
             for i in members:
                 fence_group[i] = members
-    closers: dict[tuple[int, str], list[int]] = {}
+    closers: dict[tuple[int, str], list[int]] = {}  # (origin, window) -> its closing calls, in order
     closing = np.flatnonzero(np.isin(events["kind"], (COLLECTIVE, EPOCH)))
     for i in closing.tolist():
         if events["op"][i] in _CLOSERS:
             closers.setdefault((int(events["rank"][i]), events["comm"][i]), []).append(i)
+    closing_for: dict[tuple, tuple[list[int], np.ndarray]] = {}  # (origin, window, target) -> its closers, starts
     found: list[Transfer] = []
     for i in data_calls.tolist():
         event = events[i]
         rank, window, target = int(event["rank"]), event["comm"], int(event["peer_world"])
-        mine = closers.get((rank, window), [])
-        starts = [events["start"][c] for c in mine]
-        k = int(np.searchsorted(starts, event["start"], side="right"))
-        closer, epoch = -1, sum(1 for c in mine[:k] if not _CLOSERS[events["op"][c]] or
-                                events["peer_world"][c] == target)
-        for c in mine[k:]:
-            if not _CLOSERS[events["op"][c]] or events["peer_world"][c] == target:
-                closer = c
-                break
+        key = (rank, window, target)
+        if key not in closing_for:  # the calls that close an epoch to this target: any Fence, its Unlock...
+            mine = [c for c in closers.get((rank, window), ())
+                    if not _CLOSERS[events["op"][c]] or events["peer_world"][c] == target]
+            closing_for[key] = mine, events["start"][mine]
+        mine, starts = closing_for[key]
+        epoch = int(np.searchsorted(starts, event["start"], side="right"))  # epochs this origin closed before
+        closer = mine[epoch] if epoch < len(mine) else -1
         end = float(event["end"])
         if closer >= 0:
             at_target = [m for m in fence_group.get(closer, ()) if events["rank"][m] == target]
@@ -85,14 +85,17 @@ def transfers(events: np.ndarray, groups: dict[tuple, list[int]]) -> list[Transf
 def lock_holds(events: np.ndarray) -> list[tuple[int, int]]:
     """``(lock, unlock)`` rows of each ``Lock`` and the ``Unlock`` that released it (the same
     rank, window and target; ``unlock`` -1 when the run ended first)."""
-    holds = []
     is_epoch = events["kind"] == EPOCH
-    unlocks = np.flatnonzero(is_epoch & (events["op"] == "Unlock")).tolist()
+    unlocks: dict[tuple, list[int]] = {}  # (rank, window, target) -> its Unlocks, in order
+    for u in np.flatnonzero(is_epoch & (events["op"] == "Unlock")).tolist():
+        unlocks.setdefault((events["rank"][u], events["comm"][u], events["peer"][u]), []).append(u)
+    starts = {key: events["start"][mine] for key, mine in unlocks.items()}  # (sorted: the trace is)
+    holds = []
     for i in np.flatnonzero(is_epoch & (events["op"] == "Lock")).tolist():
-        rank, window, target = events["rank"][i], events["comm"][i], events["peer"][i]
-        release = next((u for u in unlocks if events["start"][u] >= events["start"][i] and events["rank"][u] == rank
-                        and events["comm"][u] == window and events["peer"][u] == target), -1)
-        holds.append((i, release))
+        key = (events["rank"][i], events["comm"][i], events["peer"][i])
+        mine = unlocks.get(key, [])
+        k = int(np.searchsorted(starts[key], events["start"][i])) if mine else 0
+        holds.append((i, mine[k] if k < len(mine) else -1))
     return holds
 
 

@@ -120,26 +120,32 @@ def _collective(events, waited_in: np.ndarray, groups: dict[tuple, list[int]]) -
 def _lock(events) -> list[Wait]:
     """Each ``Lock`` that lasted, told as a wait for the rank whose hold it overlapped and whose
     ``Unlock`` came last before it was granted."""
+    holds_of: dict[tuple, list[tuple[int, int]]] = {}  # (window, target) -> its holds
+    for lock, release in lock_holds(events):
+        holds_of.setdefault((events["comm"][lock], events["peer_world"][lock]), []).append((lock, release))
     found: list[Wait] = []
-    holds = lock_holds(events)
-    for lock, _ in holds:
-        waiting = events[lock]
-        if waiting["open"] or waiting["end"] - waiting["start"] < SMALLEST_WAIT:
-            continue
-        best, released = None, -np.inf
-        for other, release in holds:
-            holder = events[other]
-            if (holder["rank"] == waiting["rank"] or holder["comm"] != waiting["comm"]
-                    or holder["peer_world"] != waiting["peer_world"] or not (holder["tag"] or waiting["tag"])):
-                continue  # (two shared locks do not exclude each other)
-            until = float(events["end"][release]) if release >= 0 else np.inf
-            granted = float(waiting["end"])
-            if holder["end"] <= granted and until > waiting["start"] and released < until <= granted + 1e-3:
-                best, released = holder, until  # the hold whose release came last before the grant
-        if best is not None:
-            lost = min(released, float(waiting["end"])) - float(waiting["start"])
-            found.append(_wait("lock held", waiting, best, lost))
+    for holds in holds_of.values():
+        for lock, _ in holds:
+            waiting = events[lock]
+            if not waiting["open"] and waiting["end"] - waiting["start"] >= SMALLEST_WAIT:
+                found += _waited_for_hold(events, waiting, holds)
     return found
+
+
+def _waited_for_hold(events, waiting, holds: list[tuple[int, int]]) -> list[Wait]:
+    """The wait of a ``Lock`` for the hold (of the same target) released last before its grant."""
+    best, released = None, -np.inf
+    granted = float(waiting["end"])
+    for other, release in holds:
+        holder = events[other]
+        if holder["rank"] == waiting["rank"] or not (holder["tag"] or waiting["tag"]):
+            continue  # (two shared locks do not exclude each other)
+        until = float(events["end"][release]) if release >= 0 else np.inf
+        if holder["end"] <= granted and until > waiting["start"] and released < until <= granted + 1e-3:
+            best, released = holder, until
+    if best is None:
+        return []
+    return [_wait("lock held", waiting, best, min(released, granted) - float(waiting["start"]))]
 
 
 def _late_post(events) -> list[Wait]:
@@ -148,15 +154,17 @@ def _late_post(events) -> list[Wait]:
     wait for the targets' posts)."""
     found: list[Wait] = []
     is_epoch = events["kind"] == EPOCH
-    posts = np.flatnonzero(is_epoch & (events["op"] == "Win.Post"))
-    if not len(posts):
+    posts: dict[str, list[int]] = {}  # window -> its Win.Posts
+    for p in np.flatnonzero(is_epoch & (events["op"] == "Win.Post")).tolist():
+        posts.setdefault(events["comm"][p], []).append(p)
+    if not posts:
         return found
     for i in np.flatnonzero(is_epoch & np.isin(events["op"], ("Win.Start", "Win.Complete"))).tolist():
         waiting = events[i]
         if waiting["open"] or waiting["end"] - waiting["start"] < SMALLEST_WAIT:
             continue
-        late = [p for p in posts.tolist() if events["comm"][p] == waiting["comm"]
-                and events["rank"][p] != waiting["rank"] and waiting["start"] < events["start"][p] <= waiting["end"]]
+        late = [p for p in posts.get(waiting["comm"], ()) if events["rank"][p] != waiting["rank"]
+                and waiting["start"] < events["start"][p] <= waiting["end"]]
         if late:
             post = events[max(late, key=lambda p: float(events["start"][p]))]
             found.append(_wait("late post", waiting, post, float(post["start"]) - float(waiting["start"])))
