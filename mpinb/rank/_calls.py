@@ -131,6 +131,19 @@ def user_site() -> tuple[str, int]:
     return ("", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 
 
+WORLD_GROUP = MPI.COMM_WORLD.Get_group()
+
+
+def world_ranks(group: MPI.Group, owned: bool = True) -> list[int]:
+    """The world ranks of ``group``'s members, in its order; an ``owned`` group (just made for
+    this: ``comm.Get_group()``) is freed, the user's own is not."""
+    try:
+        return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), WORLD_GROUP))
+    finally:
+        if owned:
+            group.Free()
+
+
 def peer_world(comm, peer) -> int | None:
     world = world_rank(_rec.comms.get(comm._mpinb_id), peer)
     return world if world >= 0 else None

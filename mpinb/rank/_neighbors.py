@@ -19,7 +19,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE, NEIGHBORHOOD_COLLECTIVES
 from .._protocol import WaitState, wait_state
 from . import _objects
-from ._calls import NAN, arg, call_site, nbytes
+from ._calls import NAN, arg, call_site, nbytes, peer_world
 from ._collectives import ORDER_DIFFERS, agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
@@ -27,30 +27,22 @@ from ._waiting import wait_request as _poll_request
 
 PlainTopocomm = MPI.Topocomm
 BUFFER_CALLS = tuple(name for name in NEIGHBORHOOD_COLLECTIVES if name[0].isupper())
-_WORLD_GROUP = MPI.COMM_WORLD.Get_group()
 
 
 def _note_neighbours(comm) -> None:
     """This rank's out-neighbours on ``comm``, as world ranks (PROC_NULL left out), once."""
-    cid = comm._mpinb_id
-    if cid in _rec.neighbors:
-        return
-    outs = [rank for rank in comm.inoutedges[1] if rank != MPI.PROC_NULL]
-    group = comm.Get_group()
-    try:
-        _rec.neighbors[cid] = list(MPI.Group.Translate_ranks(group, outs, _WORLD_GROUP)) if outs else []
-    finally:
-        group.Free()
+    if comm._mpinb_id not in _rec.neighbors:
+        _rec.neighbors[comm._mpinb_id] = _in_world(comm, comm.inoutedges[1])
+
+
+def _in_world(comm, ranks) -> list[int]:
+    """``comm``'s ranks as world ranks, in order, without PROC_NULL (from its recorded members)."""
+    return [world for world in (peer_world(comm, rank) for rank in ranks) if world is not None]
 
 
 def _in_neighbours(comm) -> list[int]:
     """The world ranks whose data ``comm``'s neighbourhood collectives wait for on this rank."""
-    ins = sorted({rank for rank in comm.inoutedges[0] if rank != MPI.PROC_NULL})
-    group = comm.Get_group()
-    try:
-        return list(MPI.Group.Translate_ranks(group, ins, _WORLD_GROUP)) if ins else []
-    finally:
-        group.Free()
+    return sorted(set(_in_world(comm, comm.inoutedges[0])))
 
 
 def _waiting_for_neighbours(comm, name: str, where: tuple[str, int]) -> WaitState:

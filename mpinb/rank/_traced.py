@@ -30,7 +30,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
 from . import _left, _native
-from ._calls import PlainIntracomm, TwinClass, call_site, converter, named
+from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, rehearsal_of
 from ._messages import MATCHED_PROBES
 from ._neighbors import NEIGHBORHOOD
@@ -38,16 +38,11 @@ from ._p2p import P2P
 from ._persistent import PERSISTENT
 from ._recorder import RECORDER as _rec
 
-_WORLD_GROUP = MPI.COMM_WORLD.Get_group()
 _children: dict[tuple, int] = {}  # (parent id, constructor kind) -> communicators made so far
 
 
 def _world_ranks(comm) -> list[int]:
-    group = comm.Get_group()
-    try:
-        return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), _WORLD_GROUP))
-    finally:
-        group.Free()
+    return world_ranks(comm.Get_group())
 
 
 def _derived(name: str, owner=PlainIntracomm):

@@ -31,13 +31,12 @@ from .._events import COLLECTIVE, EPOCH, RMA
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
 from . import _left
-from ._calls import PlainIntracomm, StandIn, arg, call_site, nbytes, pickle_plain_copies
+from ._calls import PlainIntracomm, StandIn, arg, call_site, nbytes, pickle_plain_copies, world_ranks
 from ._collectives import agree, epoch
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 
 PlainWin = MPI.Win  # mpi4py's own class; MPI.Win is replaced by TracedWin while tracing
-_WORLD_GROUP = MPI.COMM_WORLD.Get_group()
 
 
 
@@ -73,10 +72,7 @@ def private_group(prefix: str, handle_group: MPI.Group, comm, parent: str | None
     """Name what ``comm``'s members just made (``"win"``, ``"file"``) alike on all of them (they
     make them on ``comm`` in the same order) and copy ``comm`` for mpinb's own messages (every
     member is in the call that made it). ``handle_group`` (freed here) is its group."""
-    try:
-        members = list(MPI.Group.Translate_ranks(handle_group, list(range(handle_group.Get_size())), _WORLD_GROUP))
-    finally:
-        handle_group.Free()
+    members = world_ranks(handle_group)
     parent = parent or f"[{format_ranks(members)}]"
     key = f"{prefix}@{parent}"
     number = _made_on[key] = _made_on.get(key, -1) + 1
@@ -174,7 +170,7 @@ def _epoch_call(name: str, label: str, peer_at: int | None = None):
     def method(self, *args, **kwargs):
         group = group_of(self)
         if name == "Post" and group is not None:
-            group.posted = _world_ranks_of(arg(args, kwargs, 0, "group"))
+            group.posted = world_ranks(arg(args, kwargs, 0, "group"), owned=False)
         if not _rec.on or group is None:
             return plain(self, *args, **kwargs)
         start = _now()
@@ -188,10 +184,6 @@ def _epoch_call(name: str, label: str, peer_at: int | None = None):
         return returned
 
     return _named(method, plain)
-
-
-def _world_ranks_of(group) -> list[int]:
-    return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), _WORLD_GROUP))
 
 
 def _named(method, plain):
