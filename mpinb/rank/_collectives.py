@@ -52,6 +52,7 @@ def _shadow(comm) -> MPI.Intracomm:
         copy, request = PlainIntracomm.Idup(comm)
         _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
         shadow = comm._mpinb_shadow = PlainIntracomm(copy)  # a plain communicator: untraced
+        comm._mpinb_made_in = _epoch
         if BLOCKING_AFTER_AGREEMENT and _REVOCABLE:  # (while every member is here)
             copy, request = PlainIntracomm.Idup(shadow)
             _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
@@ -99,6 +100,16 @@ _TAG_SPAN = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30) - 1
 def epoch() -> int:
     """The pool's count of fresh worlds as this rank last moved to one (see ``set_epoch``)."""
     return _epoch
+
+
+def release(copy: MPI.Intracomm | None, made_in: int) -> None:
+    """Free one of mpinb's private copies of a communicator (a twin's shadow, a window's or a
+    file's), unless a run was aborted since it was made (``made_in``, the ``epoch()`` then): an
+    agreement or exchange broken off by the abort may have left a message in flight on it, which
+    a communicator made later under the freed context would receive (seen: a Split took one from
+    a file's copy). Kept, it costs one communicator."""
+    if copy is not None and made_in == _epoch:
+        copy.Free()
 
 
 def set_epoch(generation: int) -> None:

@@ -31,7 +31,7 @@ from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
 from . import _left, _native
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
-from ._collectives import COLLECTIVES, agree, rehearsal_of
+from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
 from ._messages import MATCHED_PROBES
 from ._neighbors import NEIGHBORHOOD
 from ._p2p import P2P
@@ -96,6 +96,7 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
         shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
+        twin._mpinb_made_in = epoch()
         if (rehearsal := rehearsal_of(shadow)) is not None:
             twin._mpinb_rehearsal = rehearsal
     twin._mpinb_shadow = shadow
@@ -143,6 +144,7 @@ class _TwinMixin(_MixedInto):
     _mpinb_shadow = None
     _mpinb_constant = False
     _mpinb_epoch, _mpinb_calls = -1, 0  # collective calls counted for tags (see ``_exchange``)
+    _mpinb_made_in = -1  # the epoch its shadow was made in (see _collectives.release); -1: none made
     fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")
 
     @classmethod
@@ -189,11 +191,8 @@ class _TwinMixin(_MixedInto):
 
     def _free_shadow(self) -> None:
         shadow, self._mpinb_shadow = self._mpinb_shadow, None
-        if shadow is not None:
-            shadow.Free()
-        rehearsal = self.__dict__.pop("_mpinb_rehearsal", None)  # see _collectives.rehearse
-        if rehearsal is not None:
-            rehearsal.Free()
+        release(shadow, self._mpinb_made_in)
+        release(self.__dict__.pop("_mpinb_rehearsal", None), self._mpinb_made_in)  # see _collectives.rehearse
         _id_of_handle.pop(self.handle, None)
         _rec.forget(self.__dict__.get("_mpinb_id"))
         _left.freed(self.__dict__.get("_mpinb_id"))

@@ -32,7 +32,7 @@ from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
 from . import _left
 from ._calls import PlainIntracomm, StandIn, arg, call_site, nbytes, pickle_plain_copies, world_ranks
-from ._collectives import agree, epoch
+from ._collectives import agree, epoch, release
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
 
@@ -56,12 +56,9 @@ class PrivateGroup:
         return len(self.members)
 
     def free(self) -> None:
-        """With the window or file. The private copy is kept if a run was aborted since it was
-        made: an agreement broken off then may have left a message in flight on it, which a
-        communicator made later under its freed context would receive (seen: a Split took one)."""
+        """With the window or file (its private copy as a twin's shadow: see _collectives.release)."""
         private, self._mpinb_shadow = self._mpinb_shadow, None
-        if private is not None and self._made_in == epoch():
-            private.Free()
+        release(private, self._made_in)
         _rec.forget(self._mpinb_id)
 
 
