@@ -16,7 +16,7 @@
  * The other arrows: one-sided transfers, from the RMA call (``call``) to the end of its epoch where
  * the data went, and neighbourhood collectives, from each member's call to each neighbour's.
  * @typedef {{ source: Int32Array, dest: Int32Array, start: Float64Array, end: Float64Array,
- *   call: Int32Array, closer: Int32Array }} Flows
+ *   call: Int32Array }} Flows
  * Passive-target epochs, drawn on the target's lane: who held its lock, from grant to Unlock.
  * @typedef {{ target: Int32Array, holder: Int32Array, start: Float64Array, end: Float64Array,
  *   exclusive: Int8Array }} Locks
@@ -114,7 +114,7 @@ function load(model) {
   const flows = {
     source: column(r.source, Int32Array), dest: column(r.dest, Int32Array),
     start: column(r.start, Float64Array), end: column(r.end, Float64Array),
-    call: column(r.call, Int32Array), closer: column(r.closer, Int32Array),
+    call: column(r.call, Int32Array),
   };
   const locks = {
     target: column(l.target, Int32Array), holder: column(l.holder, Int32Array),
@@ -330,6 +330,26 @@ function arrowHead(g, x0, y0, x1, y1, filled) {
 }
 
 /**
+ * One arrow from lane ``from`` at time ``t0`` to lane ``to`` at ``t1``, in the context's style;
+ * false (nothing drawn) when a lane is not shown or the arrow is outside the visible span.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {number} t0
+ * @param {number | undefined} from
+ * @param {number} t1
+ * @param {number | undefined} to
+ */
+function arrow(g, frame, t0, from, t1, to) {
+  if (from === undefined || to === undefined) return false;
+  const x0 = frame.xOf(t0), x1 = frame.xOf(t1);
+  if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) return false;
+  const y0 = frame.yOf(from) + frame.laneH / 2, y1 = frame.yOf(to) + frame.laneH / 2;
+  g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
+  arrowHead(g, x0, y0, x1, y1, true);
+  return true;
+}
+
+/**
  * An arrow from each send to the end of its receive (both halves shown). Returns the arrows drawn.
  * @param {Context} g
  * @param {Frame} frame
@@ -346,13 +366,7 @@ function drawMessages(g, frame, run, shown, paint) {
   g.lineWidth = 1;
   for (let k = 0; k < msg.source.length; k++) {
     if (!visible[msg.send[k]] || !visible[msg.recv[k]]) continue;
-    const x0 = frame.xOf(msg.start[k]), x1 = frame.xOf(msg.end[k]);
-    if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
-    const y0 = frame.yOf(/** @type {number} */ (lane.get(msg.source[k]))) + frame.laneH / 2;
-    const y1 = frame.yOf(/** @type {number} */ (lane.get(msg.dest[k]))) + frame.laneH / 2;
-    g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
-    arrowHead(g, x0, y0, x1, y1, true);
-    arrows++;
+    if (arrow(g, frame, msg.start[k], lane.get(msg.source[k]), msg.end[k], lane.get(msg.dest[k]))) arrows++;
   }
   g.restore();
   return arrows;
@@ -378,15 +392,9 @@ function drawFlows(g, frame, run, shown, paint) {
   g.setLineDash([4, 3]);
   for (let k = 0; k < flows.source.length; k++) {
     const call = flows.call[k];
-    const from = lane.get(flows.source[k]), to = lane.get(flows.dest[k]);
-    if (!visible[call] || from === undefined || to === undefined) continue;
-    const x0 = frame.xOf(flows.start[k]), x1 = frame.xOf(flows.end[k]);
-    if (Math.max(x0, x1) < LEFT || Math.min(x0, x1) > frame.width) continue;
-    const y0 = frame.yOf(from) + frame.laneH / 2, y1 = frame.yOf(to) + frame.laneH / 2;
+    if (!visible[call]) continue;
     g.strokeStyle = g.fillStyle = paint.kinds[ev.kind[call]];
-    g.beginPath(); g.moveTo(x0, y0); g.lineTo(x1, y1); g.stroke();
-    arrowHead(g, x0, y0, x1, y1, true);
-    arrows++;
+    if (arrow(g, frame, flows.start[k], lane.get(flows.source[k]), flows.end[k], lane.get(flows.dest[k]))) arrows++;
   }
   g.restore();
   return arrows;

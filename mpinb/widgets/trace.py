@@ -48,6 +48,11 @@ def _column(values, dtype) -> bytes:
     return np.ascontiguousarray(values, dtype=dtype).tobytes()
 
 
+def _columns(rows: list, **columns: tuple[str, str]) -> dict[str, bytes]:
+    """Dicts (messages, flows...) as columns for trace.js: ``name=(key, dtype)`` each."""
+    return {name: _column([row[key] for row in rows], dtype) for name, (key, dtype) in columns.items()}
+
+
 class TraceView(StaticFallback, anywidget.AnyWidget):
     """Views of one :class:`~mpinb.trace.Trace`; ``expanded`` shows them full size."""
 
@@ -67,7 +72,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     events = t.Dict().tag(sync=True)
     messages = t.Dict().tag(sync=True)
     # the arrows that are not point-to-point messages: one-sided (RMA) transfers, and each member's
-    # data to each neighbour in a neighbourhood collective (source, dest, start, end, call, closer)
+    # data to each neighbour in a neighbourhood collective (source, dest, start, end, call)
     flows = t.Dict().tag(sync=True)
     locks = t.Dict().tag(sync=True)  # passive-target epochs: target, holder, start, end, exclusive (1/0)
     collectives = t.Dict().tag(sync=True)
@@ -131,29 +136,12 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                 "line": _column(events["line"], "<i4"),
                 "open": _column(events["open"], "<i1"),
             },
-            messages={
-                "source": _column([m["source"] for m in messages], "<i4"),
-                "dest": _column([m["dest"] for m in messages], "<i4"),
-                "start": _column([m["send_start"] for m in messages], "<f8"),
-                "end": _column([m["recv_end"] for m in messages], "<f8"),
-                "send": _column([m["send_index"] for m in messages], "<i4"),
-                "recv": _column([m["recv_index"] for m in messages], "<i4"),
-            },
-            flows={
-                "source": _column([f["source"] for f in flows], "<i4"),
-                "dest": _column([f["dest"] for f in flows], "<i4"),
-                "start": _column([f["start"] for f in flows], "<f8"),
-                "end": _column([f["end"] for f in flows], "<f8"),
-                "call": _column([f["index"] for f in flows], "<i4"),
-                "closer": _column([f["closer"] for f in flows], "<i4"),
-            },
-            locks={
-                "target": _column([e["target"] for e in locks], "<i4"),
-                "holder": _column([e["holder"] for e in locks], "<i4"),
-                "start": _column([e["start"] for e in locks], "<f8"),
-                "end": _column([e["end"] for e in locks], "<f8"),
-                "exclusive": _column([e["exclusive"] for e in locks], "<i1"),
-            },
+            messages=_columns(messages, source=("source", "<i4"), dest=("dest", "<i4"), start=("send_start", "<f8"),
+                              end=("recv_end", "<f8"), send=("send_index", "<i4"), recv=("recv_index", "<i4")),
+            flows=_columns(flows, source=("source", "<i4"), dest=("dest", "<i4"), start=("start", "<f8"),
+                           end=("end", "<f8"), call=("index", "<i4")),
+            locks=_columns(locks, target=("target", "<i4"), holder=("holder", "<i4"), start=("start", "<f8"),
+                           end=("end", "<f8"), exclusive=("exclusive", "<i1")),
             collectives={
                 "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
                 "high": _column([max(c["ranks"]) for c in collectives], "<i4"),
