@@ -190,6 +190,9 @@ def tracing_cost() -> list[tuple]:
                 put_on, put_off = _median(on, key), _median(off, key)
                 rows.append((f"traced 1 MB Put, {epochs} epochs, {how} (GB/s)", put_on, "tracing off", put_off,
                              put_on / put_off))
+            epoch_on, epoch_off = _median(on, "put_fence_1kb_us"), _median(off, "put_fence_1kb_us")
+            rows.append((f"traced 1 kB Put + Fence, {how}, per epoch (us)", epoch_on, "tracing off", epoch_off,
+                         epoch_off / epoch_on))
             reduce_on, reduce_off = _median(on, "allreduce_1mb_ms"), _median(off, "allreduce_1mb_ms")
             rows.append((f"traced 1 MB Allreduce, {how} (ms)", reduce_on, "tracing off", reduce_off,
                          reduce_off / reduce_on))

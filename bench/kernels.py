@@ -100,4 +100,6 @@ def tracing_figures():
         "allreduce_16kb_ms": allreduce(2**14, 400) * 1e3,
         "put_1mb_gbs": 2**20 / rma_put(2**20, 50) / 1e9,
         "put_locked_1mb_gbs": 2**20 / rma_put(2**20, 50, locked=True) / 1e9,
+        # a small epoch shows what a traced Fence itself adds (its members' agreement)
+        "put_fence_1kb_us": rma_put(1024, 200) * 1e6,
     }
