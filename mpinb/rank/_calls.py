@@ -196,9 +196,10 @@ def revoked(comm) -> bool:
         return False
 
 
-def named(method, base):
+def named(method, base, owner: str = "TracedIntracomm"):
+    """``method`` as mpi4py's ``base`` reads to help() and tracebacks: its name and docstring."""
     method.__name__ = base.__name__
-    method.__qualname__ = f"TracedIntracomm.{base.__name__}"
+    method.__qualname__ = f"{owner}.{base.__name__}"
     method.__doc__ = base.__doc__
     return method
 

@@ -22,7 +22,7 @@ from time import perf_counter as _now
 from mpi4py import MPI
 
 from .._events import COLLECTIVE, FILE_COLLECTIVES, IO
-from ._calls import NAN, StandIn, arg, call_site, nbytes, pickle_plain_copies, receives_into
+from ._calls import NAN, StandIn, arg, call_site, named, nbytes, pickle_plain_copies, receives_into
 from ._collectives import agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
@@ -61,7 +61,7 @@ def _agreed(name: str, label: str):
         return agreed_call(self, group, f"File.{name}", lambda: plain(self, *args, **kwargs), call_site(),
                            name == "Close", label, offset, sent, received)
 
-    return _named(method, plain)
+    return named(method, plain, "File")
 
 
 def _io_bytes(name: str, args: tuple, kwargs: dict, buf_at: int) -> tuple[int, int]:
@@ -96,14 +96,8 @@ def _independent(name: str):
         _rec.add(event)
         return TracedRequest._wrap(returned, event) if nonblocking else returned
 
-    return _named(method, plain)
+    return named(method, plain, "File")
 
-
-def _named(method, plain):
-    method.__name__ = plain.__name__
-    method.__qualname__ = f"File.{plain.__name__}"
-    method.__doc__ = plain.__doc__
-    return method
 
 
 _AGREED = tuple(name.removeprefix("File.") for name in FILE_COLLECTIVES if name != "File.Open")
@@ -116,7 +110,7 @@ class TracedFile(PlainFile, metaclass=StandIn):
 
     _mpinb_stands_in = True
     _mpinb_plain = PlainFile
-    Open: classmethod = classmethod(_named(_open, PlainFile.Open))
+    Open: classmethod = classmethod(named(_open, PlainFile.Open, "File"))
     locals().update({name: _agreed(name, name if "_all" in name else f"File.{name}") for name in _AGREED})
     locals().update({name: _independent(name) for name in _INDEPENDENT})
 

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE, NEIGHBORHOOD_COLLECTIVES
 from .._protocol import WaitState, wait_state
 from . import _objects
-from ._calls import NAN, arg, call_site, nbytes, peer_world
+from ._calls import NAN, arg, call_site, named, nbytes, peer_world
 from ._collectives import ORDER_DIFFERS, agree
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
@@ -103,8 +103,7 @@ def _buffer_call(name: str, nonblocking: bool):
             _rec.add((name, COLLECTIVE, self._mpinb_id, -1, -1, sent, received, start, end, end, *where))
         return None
 
-    method.__name__, method.__qualname__, method.__doc__ = plain_name, f"Topocomm.{plain_name}", base.__doc__
-    return method
+    return named(method, base, "Topocomm")
 
 
 def _exchange_pickles(comm, name: str, outgoing: list[bytes], alltoall: bool, where) -> tuple[list, int, int]:
@@ -164,8 +163,7 @@ def _lowercase(comm, name: str, sendobj: Any, outgoing: list[bytes], alltoall: b
 
 
 for _method in (neighbor_allgather, neighbor_alltoall):
-    _method.__qualname__ = f"Topocomm.{_method.__name__}"
-    _method.__doc__ = getattr(PlainTopocomm, _method.__name__).__doc__
+    named(_method, getattr(PlainTopocomm, _method.__name__), "Topocomm")
 
 NEIGHBORHOOD = {
     **{name: _buffer_call(name, False) for name in BUFFER_CALLS},

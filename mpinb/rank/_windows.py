@@ -31,7 +31,7 @@ from .._events import COLLECTIVE, EPOCH, RMA
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
 from . import _left
-from ._calls import PlainIntracomm, StandIn, arg, call_site, nbytes, pickle_plain_copies, world_ranks
+from ._calls import PlainIntracomm, StandIn, arg, call_site, named, nbytes, pickle_plain_copies, world_ranks
 from ._collectives import agree, epoch, release
 from ._recorder import RECORDER as _rec
 from ._waiting import wait as _poll
@@ -157,7 +157,7 @@ def _data_call(name: str):
                       start, end, end, *call_site()))
         return returned
 
-    return _named(method, plain)
+    return named(method, plain, "Win")
 
 
 def _epoch_call(name: str, label: str, peer_at: int | None = None):
@@ -180,14 +180,8 @@ def _epoch_call(name: str, label: str, peer_at: int | None = None):
         _rec.add((label, EPOCH, group._mpinb_id, peer, tag, 0, 0, start, end, end, *call_site()))
         return returned
 
-    return _named(method, plain)
+    return named(method, plain, "Win")
 
-
-def _named(method, plain):
-    method.__name__ = plain.__name__
-    method.__qualname__ = f"Win.{plain.__name__}"
-    method.__doc__ = plain.__doc__
-    return method
 
 
 def agreed_call(owner, group: PrivateGroup, agreed_as: str, call, where: tuple[str, int], frees: bool,
@@ -219,7 +213,7 @@ def _collective_call(name: str, label: str):
         return agreed_call(self, group, label, lambda: plain(self, *args, **kwargs), call_site(), name == "Free",
                            label)
 
-    return _named(method, plain)
+    return named(method, plain, "Win")
 
 
 def _wait(self) -> Literal[True]:
