@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpinb._events import FIELDS, RECV, SEND, WAIT, world_rank
+from mpinb._events import EPOCH, FIELDS, RECV, RMA, SEND, WAIT, world_rank
 from mpinb._protocol import wait_state
 from mpinb._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_text
 from mpinb._values import ReprOnly, pack, unpack
@@ -341,9 +341,11 @@ def _event(op, kind, peer, tag, start, end, returned=None, sent=0, received=0, c
     return tuple(values[name] for name in FIELDS)
 
 
-def _trace(events_by_rank: dict[int, list[tuple]], ended: dict[int, float] | None = None) -> Trace:
+def _trace(events_by_rank: dict[int, list[tuple]], ended: dict[int, float] | None = None,
+           windows: tuple[str, ...] = ()) -> Trace:
     size = len(events_by_rank)
-    return Trace({rank: {"events": events, "dropped": 0, "comms": {"world": list(range(size))},
+    comms = {name: list(range(size)) for name in ("world", *windows)}
+    return Trace({rank: {"events": events, "dropped": 0, "comms": comms,
                          "began": 0.0, "ended": (ended or {}).get(rank, 10.0), "offset": 0.0}
                   for rank, events in events_by_rank.items()}, world_size=size)
 
@@ -558,6 +560,32 @@ def test_the_waits_and_the_critical_path_are_said_in_the_notebooks_language():
     assert said[0] == "rank 2 在 recv（第 1 行）中等待了 2.02 s：rank 1 晚了 2.02 s 才发送（send，第 1 行）"
     assert text.startswith("关键路径（3.04 s）：rank 0 \u2192 rank 1 \u2192 rank 2") and "第 1 行之前的计算" in text
     assert explain(_pipeline().waits())[0].startswith("rank 2 waited 2.02 s in recv (line 1) for rank 1")
+
+
+def _lock_contention(holder_exclusive: int) -> Trace:
+    # Rank 2's Lock returns at once (MPI may acquire a lock lazily); its Get waits until rank 1's
+    # hold is released. Rank 1 returns from Unlock late (descheduled), after the grant.
+    win = "win0@world"
+    unlock = _event("Unlock", EPOCH, 0, -1, 3.2, 3.21, comm=win)
+    return _trace({
+        0: [],
+        1: [_event("Lock", EPOCH, 0, holder_exclusive, 1.0, 1.00001, comm=win),
+            _event("Unlock", EPOCH, 0, -1, 3.0, 3.5, comm=win)],
+        2: [_event("Lock", EPOCH, 0, 0, 1.5, 1.50001, comm=win),
+            _event("Get", RMA, 0, 0, 1.6, 3.1, received=8, comm=win), unlock],
+    }, windows=(win,))
+
+
+def test_a_lock_granted_lazily_waits_in_the_first_call_of_its_epoch_that_lasted():
+    trace = _lock_contention(holder_exclusive=1)
+    [wait] = [w for w in trace.waits() if w["kind"] == "lock held"]
+    assert (wait["rank"], wait["peer"], wait["op"], wait["peer_op"]) == (2, 1, "Get", "Lock")
+    assert wait["seconds"] == pytest.approx(1.5)
+    epochs = [(e["holder"], e["exclusive"], e["start"], e["end"]) for e in trace.lock_epochs()]
+    assert epochs == [(1, True, 1.00001, 3.5), (2, False, 3.1, 3.21)], "the shared epoch begins at its grant"
+    shared = _lock_contention(holder_exclusive=0)
+    assert [w for w in shared.waits() if w["kind"] == "lock held"] == [], "two shared locks do not exclude"
+    assert [e["start"] for e in shared.lock_epochs()] == [1.00001, 1.50001]
 
 
 def test_a_wait_call_takes_the_loss_of_the_nonblocking_receive_it_completed():

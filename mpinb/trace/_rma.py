@@ -82,21 +82,51 @@ def transfers(events: np.ndarray, groups: dict[tuple, list[int]]) -> list[Transf
     return found
 
 
-def lock_holds(events: np.ndarray) -> list[tuple[int, int]]:
-    """``(lock, unlock)`` rows of each ``Lock`` and the ``Unlock`` that released it (the same
-    rank, window and target; ``unlock`` -1 when the run ended first)."""
+def lock_holds(events: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(lock, granted, unlock)`` rows of each ``Lock``: the call in which the rank waited for the
+    lock to be granted, and the ``Unlock`` that released it (the same rank, window and target;
+    ``unlock`` -1 when the run ended first).
+
+    MPI lets ``Lock`` return at once and acquire the lock lazily, in the epoch's first data call,
+    ``Flush`` or the ``Unlock`` (Intel MPI and MPICH may, by load). A ``Lock`` is taken as granted
+    when it returned, unless that was while an earlier conflicting hold of the target lasted: then
+    it was granted in the first call of its epoch that outlasted the start of that hold's
+    ``Unlock``."""
     is_epoch = events["kind"] == EPOCH
     unlocks: dict[tuple, list[int]] = {}  # (rank, window, target) -> its Unlocks, in order
     for u in np.flatnonzero(is_epoch & (events["op"] == "Unlock")).tolist():
         unlocks.setdefault((events["rank"][u], events["comm"][u], events["peer"][u]), []).append(u)
     starts = {key: events["start"][mine] for key, mine in unlocks.items()}  # (sorted: the trace is)
-    holds = []
+    lasted = events["end"] - events["start"] >= _LASTING
+    holds: list[tuple[int, int, int]] = []
+    held: dict[tuple, list[tuple[int, int, int]]] = {}  # (window, target) -> its holds so far
     for i in np.flatnonzero(is_epoch & (events["op"] == "Lock")).tolist():
-        key = (events["rank"][i], events["comm"][i], events["peer"][i])
-        mine = unlocks.get(key, [])
-        k = int(np.searchsorted(starts[key], events["start"][i])) if mine else 0
-        holds.append((i, mine[k] if k < len(mine) else -1))
+        rank, window, target = events["rank"][i], events["comm"][i], events["peer"][i]
+        mine = unlocks.get((rank, window, target), [])
+        k = int(np.searchsorted(starts[(rank, window, target)], events["start"][i])) if mine else 0
+        release = mine[k] if k < len(mine) else -1
+        granted = i
+        if not lasted[i] and release >= 0:
+            returned = events["end"][i]
+            blocking = [events["start"][other_release] if other_release >= 0 else np.inf
+                        for other, other_granted, other_release
+                        in held.get((window, target), ())
+                        if events["rank"][other] != rank and (events["tag"][other] or events["tag"][i])
+                        and events["end"][other_granted] <= returned
+                        and (other_release < 0 or events["end"][other_release] > returned)]
+            if blocking:
+                inside = np.flatnonzero((events["rank"] == rank) & (events["comm"] == window) & lasted
+                                        & (events["start"] > events["start"][i])
+                                        & (events["start"] <= events["start"][release])
+                                        & (events["end"] >= max(blocking)))
+                granted = int(inside[0]) if len(inside) else i
+        holds.append((i, granted, release))
+        held.setdefault((window, target), []).append((i, granted, release))
     return holds
+
+
+# A call shorter than this did not wait for a lock (the cost of a call, not a wait).
+_LASTING = 1e-4
 
 
 class LockEpoch(TypedDict):
@@ -112,11 +142,11 @@ def lock_epochs(events: np.ndarray) -> list[LockEpoch]:
     """Each passive-target epoch: from the ``Lock`` granted to the ``Unlock`` (drawn on the
     target's lane, which takes no part in it)."""
     found: list[LockEpoch] = []
-    for lock, release in lock_holds(events):
+    for lock, granted, release in lock_holds(events):
         held = events[lock]
         if held["peer_world"] < 0:
             continue
         end = float(events["end"][release]) if release >= 0 else float(events["end"].max())
         found.append({"window": str(held["comm"]), "holder": int(held["rank"]), "target": int(held["peer_world"]),
-                      "exclusive": bool(held["tag"] == 1), "start": float(held["end"]), "end": end})
+                      "exclusive": bool(held["tag"] == 1), "start": float(events["end"][granted]), "end": end})
     return found

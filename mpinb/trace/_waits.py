@@ -6,8 +6,9 @@ and Vampir name), computed from a trace's events and matched messages.
   or large message), and waited for it;
 - wait at collective (or at barrier): a rank entered a collective before the last member did
   (a window's ``Fence`` among them);
-- lock held: a rank's ``Lock`` of a window's target waited while another rank held a lock there
-  that excludes it (one of the two exclusive);
+- lock held: a rank's ``Lock`` of a window's target (or, where the MPI grants locks lazily, the
+  first call of the epoch that lasted) waited while another rank held a lock there that excludes
+  it (one of the two exclusive);
 - late post: an origin's ``Win.Start`` or ``Win.Complete`` waited for a target that exposed its
   window (``Win.Post``) only later.
 
@@ -118,34 +119,39 @@ def _collective(events, waited_in: np.ndarray, groups: dict[tuple, list[int]]) -
 
 
 def _lock(events) -> list[Wait]:
-    """Each ``Lock`` that lasted, told as a wait for the rank whose hold it overlapped and whose
-    ``Unlock`` came last before it was granted."""
-    holds_of: dict[tuple, list[tuple[int, int]]] = {}  # (window, target) -> its holds
-    for lock, release in lock_holds(events):
-        holds_of.setdefault((events["comm"][lock], events["peer_world"][lock]), []).append((lock, release))
+    """Each wait for a window's lock (in ``Lock``, or in the first call of its epoch that lasted
+    when the MPI granted it lazily), told as a wait for the rank whose conflicting hold it
+    overlapped and released last before the grant."""
+    holds_of: dict[tuple, list[tuple[int, int, int]]] = {}  # (window, target) -> its holds
+    for hold in lock_holds(events):
+        lock = hold[0]
+        holds_of.setdefault((events["comm"][lock], events["peer_world"][lock]), []).append(hold)
     found: list[Wait] = []
     for holds in holds_of.values():
-        for lock, _ in holds:
-            waiting = events[lock]
+        for lock, granted, _ in holds:
+            waiting = events[granted]
             if not waiting["open"] and waiting["end"] - waiting["start"] >= SMALLEST_WAIT:
-                found += _waited_for_hold(events, waiting, holds)
+                found += _waited_for_hold(events, lock, waiting, holds)
     return found
 
 
-def _waited_for_hold(events, waiting, holds: list[tuple[int, int]]) -> list[Wait]:
-    """The wait of a ``Lock`` for the hold (of the same target) released last before its grant."""
+def _waited_for_hold(events, lock: int, waiting, holds: list[tuple[int, int, int]]) -> list[Wait]:
+    """The wait of a lock's grant for the conflicting hold (of the same target) whose ``Unlock``
+    began last before the grant. The ``Unlock``'s start, not its end, bounds the release: a
+    holder descheduled on a busy machine may return from ``Unlock`` after the waiter was granted."""
     best, released = None, -np.inf
     granted = float(waiting["end"])
-    for other, release in holds:
+    for other, other_granted, release in holds:
         holder = events[other]
-        if holder["rank"] == waiting["rank"] or not (holder["tag"] or waiting["tag"]):
+        if holder["rank"] == events["rank"][lock] or not (holder["tag"] or events["tag"][lock]):
             continue  # (two shared locks do not exclude each other)
-        until = float(events["end"][release]) if release >= 0 else np.inf
-        if holder["end"] <= granted and until > waiting["start"] and released < until <= granted + 1e-3:
-            best, released = holder, until
+        began = float(events["start"][release]) if release >= 0 else np.inf
+        if events["end"][other_granted] <= granted and began < granted and began > released:
+            if release < 0 or events["end"][release] > waiting["start"]:
+                best, released = holder, began
     if best is None:
         return []
-    return [_wait("lock held", waiting, best, min(released, granted) - float(waiting["start"]))]
+    return [_wait("lock held", waiting, best, granted - float(waiting["start"]))]
 
 
 def _late_post(events) -> list[Wait]:
