@@ -23,13 +23,13 @@ CORE_TESTS := tests/test_lifecycle.py tests/test_pool.py \
 	tests/test_run_file.py tests/test_hang.py tests/test_stress.py tests/test_debug.py tests/test_trace.py \
 	tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py \
 	tests/test_security.py tests/test_faults.py tests/test_verify.py tests/test_mpi4py_suite.py \
-	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py tests/test_spawn.py
+	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py tests/test_spawn.py tests/test_intercomms.py
 # What `make test` also runs on Intel MPI: the pool, scripts, hangs and aborts, deaths, traces
 # (its reductions too combine values in another order when nonblocking: the bits are checked),
 # and mpi4py's suite, traced.
 IMPI_TESTS := tests/test_lifecycle.py tests/test_pool.py tests/test_run_file.py tests/test_hang.py \
 	tests/test_trace.py tests/test_mpi4py_suite.py \
-	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py
+	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py tests/test_intercomms.py
 
 .PHONY: install lab test test-core lint docs bench dist system clean
 

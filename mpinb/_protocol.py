@@ -126,6 +126,7 @@ class Recording(TypedDict):
     left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left)
     via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
     neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
+    remote: NotRequired[dict[str, list[int]]]  # an intercommunicator's id -> its remote group (world ranks)
 
 
 class Reply(TypedDict):

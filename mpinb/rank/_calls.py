@@ -145,7 +145,9 @@ def world_ranks(group: MPI.Group, owned: bool = True) -> list[int]:
 
 
 def peer_world(comm, peer) -> int | None:
-    world = world_rank(_rec.comms.get(comm._mpinb_id), peer)
+    """The world rank of ``comm``'s rank ``peer`` (of the remote group on an intercommunicator)."""
+    cid = comm._mpinb_id
+    world = world_rank(_rec.remote.get(cid) or _rec.comms.get(cid), peer)
     return world if world >= 0 else None
 
 

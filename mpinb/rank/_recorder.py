@@ -27,6 +27,7 @@ class Recorder:
         self.events: list = []
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
+        self.remote: dict[str, list[int]] = {}  # an intercommunicator's id -> its remote group's world ranks
         self.neighbors: dict[str, list[int]] = {}  # topology's id -> this rank's out-neighbours (world ranks)
         # a user's line -> the library line behind a call it led to (see _calls.LIBRARY_ROOTS);
         # one dict for the run, which the C tracer fills too
@@ -54,9 +55,9 @@ class Recorder:
         used = {event[2] for event in self.events}
         comms = {cid: members for cid, members in self.comms.items() if cid in used}
         neighbors = {cid: outs for cid, outs in self.neighbors.items() if cid in used}
+        remote = {cid: ranks for cid, ranks in self.remote.items() if cid in used}
         for cid in self._freed:
-            self.comms.pop(cid, None)
-            self.neighbors.pop(cid, None)
+            self._drop(cid)
         self._freed = []
         recording: Recording = {
             "events": self.events,
@@ -70,6 +71,8 @@ class Recorder:
             recording["via"] = dict(self.via)
         if neighbors:
             recording["neighbors"] = neighbors
+        if remote:
+            recording["remote"] = remote
         return recording
 
     def forget(self, cid: str | None) -> None:
@@ -79,8 +82,12 @@ class Recorder:
         if self.on:
             self._freed.append(cid)
         else:
-            self.comms.pop(cid, None)
-            self.neighbors.pop(cid, None)
+            self._drop(cid)
+
+    def _drop(self, cid: str) -> None:
+        self.comms.pop(cid, None)
+        self.neighbors.pop(cid, None)
+        self.remote.pop(cid, None)
 
     def add_unfinished(self, state: WaitState) -> None:
         """The call that an interrupt broke off, as an event that never ended (``end`` and

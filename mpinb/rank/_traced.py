@@ -32,6 +32,7 @@ from .._ranges import format_ranks
 from . import _left, _native
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
+from ._intercomms import INTERCOMM_METHODS, INTRACOMM_METHODS, PlainIntercomm
 from ._messages import MATCHED_PROBES
 from ._neighbors import NEIGHBORHOOD
 from ._p2p import P2P
@@ -87,7 +88,7 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     twin_class = _TWIN_OF_CLASS.get(type(comm)) or next(
         (twin for plain, twin in _TWIN_OF_CLASS.items() if isinstance(comm, plain)), None)
     if twin_class is None:
-        return comm  # intercommunicators pass through untouched
+        return comm
     twin: Any = comm if isinstance(comm, _TWINS) else twin_class(comm)  # it grows mpinb's attributes
     twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
     _id_of_handle[twin.handle] = twin._mpinb_id
@@ -95,10 +96,13 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
         _left.also(twin)
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
-        shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
         twin._mpinb_made_in = epoch()
-        if (rehearsal := rehearsal_of(shadow)) is not None:
-            twin._mpinb_rehearsal = rehearsal
+        if isinstance(twin, PlainIntercomm):
+            shadow = PlainIntercomm(PlainIntercomm.Dup(twin))
+        else:
+            shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
+            if (rehearsal := rehearsal_of(shadow)) is not None:
+                twin._mpinb_rehearsal = rehearsal
     twin._mpinb_shadow = shadow
     if constant:
         twin._mpinb_constant = True
@@ -245,23 +249,30 @@ _METHODS.update(_IN_C)
 _rec.native = _native.tracer
 
 
-def _twin_class(plain: type, extra: dict) -> type:
+def _twin_class(plain: type, extra: dict, methods: dict = _METHODS) -> type:
     # Named as mpi4py's own class (``type(comm).__name__`` is what it is under mpiexec); pickle
     # finds it by that name in this module (see the aliases below).
     return TwinClass(plain.__name__, (_TwinMixin, plain), {
-        **_METHODS, **extra, "_mpinb_plain": plain,
+        **methods, **extra, "_mpinb_plain": plain,
         "__doc__": f"An ``MPI.{plain.__name__}`` that records the MPI calls made through it.",
         "__module__": __name__,
     })
 
 
-TracedIntracomm = _twin_class(PlainIntracomm, {})
-TracedCartcomm = _twin_class(MPI.Cartcomm, {**NEIGHBORHOOD, "Sub": _derived("Sub", MPI.Cartcomm)})
-TracedGraphcomm = _twin_class(MPI.Graphcomm, NEIGHBORHOOD)
-TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, NEIGHBORHOOD)
+TracedIntracomm = _twin_class(PlainIntracomm, INTRACOMM_METHODS)
+TracedCartcomm = _twin_class(MPI.Cartcomm, {**NEIGHBORHOOD, **INTRACOMM_METHODS, "Sub": _derived("Sub", MPI.Cartcomm)})
+TracedGraphcomm = _twin_class(MPI.Graphcomm, {**NEIGHBORHOOD, **INTRACOMM_METHODS})
+TracedDistgraphcomm = _twin_class(MPI.Distgraphcomm, {**NEIGHBORHOOD, **INTRACOMM_METHODS})
+# Between two groups: messages (``peer`` in the remote group) and Merge; collectives pass through.
+_BETWEEN_GROUPS = {**P2P, **MATCHED_PROBES,
+                   **{n: m for n, m in PERSISTENT.items() if n.removesuffix("_init") not in COLLECTIVES}}
+TracedIntercomm = _twin_class(PlainIntercomm, INTERCOMM_METHODS,
+                              {**_BETWEEN_GROUPS, **{n: m for n, m in _IN_C.items() if n in _BETWEEN_GROUPS}})
 # most derived first: a Cartcomm is an Intracomm too
 _TWIN_OF_CLASS = {MPI.Cartcomm: TracedCartcomm, MPI.Graphcomm: TracedGraphcomm,
-                  MPI.Distgraphcomm: TracedDistgraphcomm, PlainIntracomm: TracedIntracomm}
+                  MPI.Distgraphcomm: TracedDistgraphcomm, PlainIntracomm: TracedIntracomm,
+                  PlainIntercomm: TracedIntercomm}
 _PLAIN_CLASSES, _TWINS = tuple(_TWIN_OF_CLASS), tuple(_TWIN_OF_CLASS.values())
 TWIN_CLASSES = _TWINS
 Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm
+Intercomm = TracedIntercomm

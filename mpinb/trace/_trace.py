@@ -51,6 +51,8 @@ class Trace:
         self.comms: dict[str, list[int]] = {}
         for data in per_rank.values():
             self.comms.update(data["comms"])
+        # per rank, its intercommunicators' remote groups: what their peers' ranks count in
+        self.remote = {r: data["remote"] for r, data in per_rank.items() if data.get("remote")}
         self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
         # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
@@ -99,7 +101,7 @@ class Trace:
 
     def _row(self, rank: int, event, shift: float, stopped: float) -> tuple:
         values = dict(zip(FIELDS, event))
-        members = self.comms.get(values["comm"])
+        members = self.remote.get(rank, {}).get(values["comm"]) or self.comms.get(values["comm"])
         peer = values["peer"]
         peer_world = world_rank(members, peer)
         end, returned = values["end"] + shift, values["returned"] + shift

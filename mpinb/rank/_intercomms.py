@@ -1,0 +1,119 @@
+"""Intercommunicators between groups of the pool's ranks: made, used and merged, traced.
+
+- ``Create_intercomm`` (on a traced intracommunicator) is a collective over the local group whose
+  leaders also exchange messages over ``peer_comm``. The local leader first greets the remote one
+  in a polled message on mpinb's own copy of the world, then the local members agree as for any
+  collective: a side that never comes is diagnosed (who waits, for which leader) and the stop
+  button returns control; MPI's call then finds everyone there.
+- The result is a traced ``Intercomm``: its point-to-point calls are recorded and polled as on any
+  communicator, with ``peer`` a rank of the remote group. Its id (``inter0[0,2|1,3]``) names both
+  groups alike on every member; each rank also records its remote group (``Recorder.remote``) so
+  that the trace puts every message between the right world ranks.
+- ``Merge`` waits in a polled ``Ibarrier`` on the intercommunicator's private copy first, then
+  makes a traced intracommunicator.
+- Collectives on an intercommunicator (``MPI.ROOT`` semantics) and ``Spawn``'s intercommunicators
+  to processes outside the pool pass through untraced.
+"""
+
+from __future__ import annotations
+
+from array import array
+from time import perf_counter as _now
+
+from mpi4py import MPI
+
+from .._events import COLLECTIVE
+from .._protocol import WaitState, wait_state
+from .._ranges import format_ranks
+from . import _left
+from ._calls import PlainIntracomm, PlainRequest, call_site, describer, named, world_ranks
+from ._collectives import agree, epoch
+from ._recorder import RECORDER as _rec
+from ._waiting import abandon as _abandon
+from ._waiting import wait as _poll
+from ._waiting import wait_request as _poll_request
+
+PlainIntercomm = MPI.Intercomm
+
+_made: dict[str, int] = {}  # an intercommunicator's two groups -> how many were made between them
+_greetings: dict[tuple[int, int, int, int], int] = {}  # (epoch, leader, leader, tag) -> greetings so far
+_GREETINGS_PER_EPOCH = 2**20
+
+
+def _create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0):
+    where = call_site()
+    start = _now()
+    if self.Get_rank() == local_leader:
+        _greet(peer_comm, remote_leader, tag, where)
+    agree(self, "Create_intercomm", local_leader, where)
+    new = PlainIntracomm.Create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
+    if _rec.on:
+        end = _now()
+        _rec.add(("Create_intercomm", COLLECTIVE, self._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
+    local, remote = _rec.comms[self._mpinb_id], world_ranks(new.Get_remote_group())
+    first, second = sorted((local, remote))
+    groups = f"[{format_ranks(first)}|{format_ranks(second)}]"
+    number = _made[groups] = _made.get(groups, -1) + 1
+    return traced_intercomm(new, f"inter{number}{groups}", local, remote, where, "Create_intercomm")
+
+
+def traced_intercomm(new, cid: str, local: list[int], remote: list[int], where, op: str):
+    """The traced twin of intercommunicator ``new`` (made with every member there)."""
+    from ._traced import traced
+
+    twin = traced(new, cid, sorted(local + remote))
+    _rec.remote[cid] = remote
+    _left.made(twin, op, where)
+    return twin
+
+
+def _greet(peer_comm, remote_leader: int, tag: int, where: tuple[str, int]) -> None:
+    """The local leader's polled exchange with the remote one, on mpinb's own copy of the world,
+    under a tag of this pair's k-th greeting (of this ``tag``) in this epoch: what an interrupted
+    greeting leaves in flight matches no later one."""
+    from ._tracing import housekeeping, traced_world
+
+    me = MPI.COMM_WORLD.Get_rank()
+    them = world_ranks(peer_comm.Get_group())[remote_leader]
+    key = (epoch(), min(me, them), max(me, them), tag)  # (an aborted greeting was counted on one side only)
+    count = _greetings[key] = _greetings.get(key, -1) + 1
+    span = min(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767, 2**30)
+    own_tag = (epoch() * _GREETINGS_PER_EPOCH + count * 1024 + tag % 1024) % span
+    mine, heard = array("i", [tag]), array("i", [0])
+    own = housekeeping()
+    pair = [own.Irecv([heard, MPI.INT], them, own_tag), own.Isend([mine, MPI.INT], them, own_tag)]
+    world = traced_world()
+    try:
+        _poll(lambda: PlainRequest.Testall(pair), (_waiting_for_leader, (world._mpinb_id, them, tag, where)))
+    except BaseException:
+        _abandon(pair[0], cancel=True)
+        _abandon(pair[1])
+        raise
+
+
+def _waiting_for_leader(cid: str, leader: int, tag: int, where: tuple[str, int]) -> WaitState:
+    return wait_state("Create_intercomm", "recv", where, comm=cid, peer=leader, tag=tag)
+
+
+def _merge(self, high: bool = False):
+    where = call_site()
+    start = _now()
+    if self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
+        # (a barrier broken off by an abort would pair with this one: then MPI's call alone)
+        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
+        _poll_request(request, None, describer(self, "Merge", "collective", None, -1, 0, where))
+    new = PlainIntercomm.Merge(self, high)
+    if _rec.on:
+        end = _now()
+        _rec.add(("Merge", COLLECTIVE, self._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
+    from ._traced import traced
+
+    members = world_ranks(new.Get_group())
+    number = _made[self._mpinb_id] = _made.get(self._mpinb_id, -1) + 1
+    twin = traced(new, f"{self._mpinb_id}.{number}@{members[0]}", members)
+    _left.made(twin, "Merge", where)
+    return twin
+
+
+INTRACOMM_METHODS = {"Create_intercomm": named(_create_intercomm, PlainIntracomm.Create_intercomm, "Intracomm")}
+INTERCOMM_METHODS = {"Merge": named(_merge, PlainIntercomm.Merge, "Intercomm")}
