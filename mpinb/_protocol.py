@@ -127,6 +127,7 @@ class Recording(TypedDict):
     via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
     neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
     remote: NotRequired[dict[str, list[int]]]  # an intercommunicator's id -> its remote group (world ranks)
+    files: NotRequired[dict[str, str]]  # a file's id -> its name as opened
 
 
 class Reply(TypedDict):

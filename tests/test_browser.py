@@ -120,10 +120,12 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         "%%mpi --view full\ncart = comm.Create_cart([2, 2])\ncart.neighbor_allgather(rank)\ncart.Free()",
         "%%mpi --view full\nimport time\nwin = MPI.Win.Allocate(8, comm=comm)\ncomm.Barrier()\nif rank in (1, 2):\n"
         "    win.Lock(0)\n    time.sleep(0.1)\n    win.Unlock(0)\ncomm.Barrier()\nwin.Free()",
+        "%%mpi --view full\nfh = MPI.File.Open(comm, 'grid.bin', MPI.MODE_CREATE | MPI.MODE_RDWR)\n"
+        "fh.Write_at_all(rank * 8, np.full(1, rank * 1.0))\nback = np.zeros(1)\nfh.Read_at_all(0, back)\nfh.Close()",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "rma.ipynb") as page:
         run_all(page)
-        page.wait_for_selector(".mpinb-trace >> nth=2", timeout=90_000)
+        page.wait_for_selector(".mpinb-trace >> nth=3", timeout=90_000)
         rma, grid = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
         canvas = rma.locator("canvas[data-flows]")
         assert canvas.get_attribute("data-flows") == "12", "a Put from each rank to each other rank"
@@ -152,6 +154,12 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         assert locked.locator("canvas").get_attribute("data-locks") == "2", "two holds on rank 0's lane"
         locked.scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(artifacts, "trace-rma-lock.png"))
+        written = page.locator(".mpinb-trace").nth(3).locator("canvas")
+        assert written.get_attribute("data-file-lanes") == "1", "grid.bin's lane below the ranks'"
+        assert written.get_attribute("data-io") == "8", "a write and a read between each rank and the file"
+        assert "io" in page.locator(".mpinb-trace").nth(3).locator(".legend").inner_text()
+        written.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-file-lane.png"))
     assert not wait_until_gone(15, existing_pools)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import mpinb
 from mpinb._events import COLLECTIVE, IO
+from mpinb.trace._svg import space_time_svg
 
 
 def _cell(path) -> str:
@@ -42,6 +43,13 @@ def test_a_collective_write_reads_back_equal_and_is_recorded(any_pool, tmp_path)
         "Write_at", 0, 32 * size, 16)
     groups = {op: len(events[events["op"] == op]) for op in ("File.Open", "File.Close")}
     assert groups == {"File.Open": size, "File.Close": size}
+    io = res.trace.io_calls()
+    assert {(c["file"], c["name"]) for c in io} == {(file_id, str(tmp_path / "traced.bin"))}
+    assert sorted((c["rank"], c["op"], c["write"], c["bytes"]) for c in io) == sorted(
+        [(r, "Write_at_all", True, 32) for r in range(size)] + [(r, "Read_at_all", False, 32) for r in range(size)]
+        + [(0, "Write_at", True, 16)]), "each read and write between its rank and the file's lane"
+    svg = space_time_svg(res.trace)
+    assert ">traced.b</text>" in svg and svg.count('stroke-dasharray="2 2"') == 2 * size + 1, "the static view too"
 
 
 @pytest.mark.timeout(60)

@@ -17,6 +17,7 @@ The split collectives (``Write_all_begin``...) pass through untraced.
 
 from __future__ import annotations
 
+import os
 from time import perf_counter as _now
 
 from mpi4py import MPI
@@ -44,6 +45,7 @@ def _open(cls, comm, filename, amode: int = MPI.MODE_RDONLY, info=MPI.INFO_NULL)
             end = _now()
             _rec.add(("File.Open", COLLECTIVE, parent, -1, -1, 0, 0, start, end, end, *where))
         file._mpinb_group = private_group("file", file.Get_group(), comm, parent)
+        _rec.files[file._mpinb_group._mpinb_id] = os.fsdecode(filename)
     return file
 
 

@@ -28,6 +28,7 @@ class Recorder:
         self.dropped = 0
         self.comms: dict[str, list[int]] = {}  # communicator id -> world ranks of its members
         self.remote: dict[str, list[int]] = {}  # an intercommunicator's id -> its remote group's world ranks
+        self.files: dict[str, str] = {}  # a file's id -> its name as opened
         self.neighbors: dict[str, list[int]] = {}  # topology's id -> this rank's out-neighbours (world ranks)
         # a user's line -> the library line behind a call it led to (see _calls.LIBRARY_ROOTS);
         # one dict for the run, which the C tracer fills too
@@ -56,6 +57,7 @@ class Recorder:
         comms = {cid: members for cid, members in self.comms.items() if cid in used}
         neighbors = {cid: outs for cid, outs in self.neighbors.items() if cid in used}
         remote = {cid: ranks for cid, ranks in self.remote.items() if cid in used}
+        files = {cid: name for cid, name in self.files.items() if cid in used}
         for cid in self._freed:
             self._drop(cid)
         self._freed = []
@@ -73,6 +75,8 @@ class Recorder:
             recording["neighbors"] = neighbors
         if remote:
             recording["remote"] = remote
+        if files:
+            recording["files"] = files
         return recording
 
     def forget(self, cid: str | None) -> None:
@@ -88,6 +92,7 @@ class Recorder:
         self.comms.pop(cid, None)
         self.neighbors.pop(cid, None)
         self.remote.pop(cid, None)
+        self.files.pop(cid, None)
 
     def add_unfinished(self, state: WaitState) -> None:
         """The call that an interrupt broke off, as an event that never ended (``end`` and

@@ -4,13 +4,14 @@ light page: a static picture cannot follow the notebook's theme)."""
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._colors import KIND_COLORS, PATH_COLOR, WAIT_COLOR
-from .._events import COLLECTIVE, KIND_NAMES, RECV, SEND, WAIT
+from .._events import COLLECTIVE, IO, KIND_NAMES, RECV, SEND, WAIT
 from .._language import say
 from .._ranges import format_ranks
 from ._arrays import busy_until
@@ -46,13 +47,15 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float 
     axis ends at ``t_end`` (runs compared side by side share one) or at the run's end. Drawn in
     layers, bottom to top, as trace.js draws its canvas."""
     ranks = trace.ranks
-    height = _TOP + lane * len(ranks) + 24
+    io = trace.io_calls()
+    files = sorted({call["file"] for call in io})
+    height = _TOP + lane * (len(ranks) + len(files)) + 24
     t_end = t_end or max((end for _, end in trace.span.values()), default=0.0) or 1e-9
     frame = _Frame(width, lane, t_end, {rank: _TOP + i * lane for i, rank in enumerate(ranks)})
     messages = trace.messages()
     layers = [_lanes(frame), _calls(frame, trace), _waits(frame, trace), _unfinished(frame, trace),
               _path(frame, trace), _arrows(frame, messages), _flows(frame, trace),
-              _legend(frame, height, len(trace.events), messages)]
+              _files(frame, trace, io, files), _legend(frame, height, len(trace.events), messages)]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'font-family="sans-serif" font-size="11">{"".join(part for layer in layers for part in layer)}</svg>')
 
@@ -126,6 +129,30 @@ def _flows(frame: _Frame, trace: Trace) -> list[str]:
             f'x2="{frame.x(f["end"]):.1f}" y2="{frame.middle(f["dest"])}" '
             f'stroke="{KIND_COLORS[int(kinds[f["index"]])]}" stroke-width="1.2" stroke-dasharray="4 3"/>'
             for f in flows if f["source"] in frame.y_of and f["dest"] in frame.y_of]
+
+
+def _files(frame: _Frame, trace: Trace, io: list, files: list[str]) -> list[str]:
+    """A lane per file below the ranks', and a dotted line between a rank and the file for each
+    read or write (the first ``MAX_ARROWS``), as trace.js draws them."""
+    color = KIND_COLORS[IO]
+    first = _TOP + len(frame.y_of) * frame.lane
+    y_of = {cid: first + k * frame.lane for k, cid in enumerate(files)}
+    parts = []
+    for cid, y in y_of.items():
+        name = os.path.basename(trace.file_names.get(cid, "")) or cid
+        parts.append(f'<rect x="{_LEFT}" y="{y + 3}" width="{frame.width - _LEFT - _RIGHT}" height="{frame.lane - 6}" '
+                     f'fill="{_LANE_COLOR}"/>')
+        parts.append(f'<rect x="{_LEFT}" y="{y + frame.lane / 2 - 1}" width="{frame.width - _LEFT - _RIGHT}" '
+                     f'height="2" fill="{color}"/>')
+        parts.append(f'<text x="4" y="{y + frame.lane / 2 + 4}" fill="{_TEXT_COLOR}">{html.escape(name[:8])}</text>')
+    for call in io[:MAX_ARROWS]:
+        if call["rank"] not in frame.y_of:
+            continue
+        at_rank, at_file = frame.middle(call["rank"]), y_of[call["file"]] + frame.lane / 2
+        y0, y1 = (at_rank, at_file) if call["write"] else (at_file, at_rank)
+        parts.append(f'<line x1="{frame.x(call["start"]):.1f}" y1="{y0}" x2="{frame.x(call["end"]):.1f}" y2="{y1}" '
+                     f'stroke="{color}" stroke-width="1.2" stroke-dasharray="2 2"/>')
+    return parts
 
 
 def _arrows(frame: _Frame, messages: list) -> list[str]:

@@ -11,6 +11,7 @@ from .._protocol import Recording
 from ._arrays import busy_until, causal_delays, collective_groups, message_halves, union_length
 from ._chrome import chrome_trace
 from ._findings import Finding, findings
+from ._io import IoCall, io_calls
 from ._match import match_messages
 from ._neighbors import Exchange, neighbor_exchanges
 from ._path import CriticalPath, critical_path
@@ -52,6 +53,11 @@ class Trace:
         for data in per_rank.values():
             self.comms.update(data["comms"])
         # per rank, its intercommunicators' remote groups: what their peers' ranks count in
+        self.remote = {r: data["remote"] for r, data in per_rank.items() if data.get("remote")}
+        # each file's name as opened (file0@world -> "out.bin")
+        self.file_names: dict[str, str] = {}
+        for data in per_rank.values():
+            self.file_names.update(data.get("files", {}))
         self.remote = {r: data["remote"] for r, data in per_rank.items() if data.get("remote")}
         self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
         # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
@@ -142,6 +148,11 @@ class Trace:
         """Passive-target epochs: who held which target's lock of which window, exclusive or
         shared, from the grant to the ``Unlock``."""
         return lock_epochs(self.events)
+
+    def io_calls(self) -> list[IoCall]:
+        """Reads and writes that moved bytes between a rank and a file (one dict each: file, its
+        name, rank, op, offset, bytes, ``write``, the call's span), for the file's lane."""
+        return io_calls(self.events, self.file_names)
 
     def neighbor_exchanges(self) -> list[Exchange]:
         """What each member of a neighbourhood collective sent each of its neighbours: one dict

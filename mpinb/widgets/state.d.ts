@@ -61,6 +61,8 @@ export interface TraceState {
   messages: Record<string, Column>;
   flows: Record<string, Column>;
   locks: Record<string, Column>;
+  file_lanes: string[];
+  io: Record<string, Column>;
   collectives: Record<string, Column>;
   waits: Record<string, Column>;
   path: Record<string, Column>;

@@ -6,8 +6,8 @@
 /** @typedef {import("@anywidget/types").AnyModel<TraceState>} Model */
 /**
  * The columns of one run, as typed arrays.
- * @typedef {{ ev: Events, msg: Messages, flows: Flows, locks: Locks, coll: Collectives, waits: Waits, path: PathSteps,
- *   allRanks: number[] }} Run
+ * @typedef {{ ev: Events, msg: Messages, flows: Flows, locks: Locks, io: Io, coll: Collectives, waits: Waits,
+ *   path: PathSteps, allRanks: number[], fileLanes: string[] }} Run
  * @typedef {{ rank: Int32Array, kind: Int8Array, op: Int16Array, comm: Int16Array, start: Float64Array,
  *   stop: Float64Array, peer: Int32Array, tag: Int32Array, bytes: Float64Array, file: Int16Array,
  *   line: Int32Array, open: Int8Array }} Events
@@ -20,6 +20,9 @@
  * Passive-target epochs, drawn on the target's lane: who held its lock, from grant to Unlock.
  * @typedef {{ target: Int32Array, holder: Int32Array, start: Float64Array, end: Float64Array,
  *   exclusive: Int8Array }} Locks
+ * Reads and writes between a rank and a file (``file``: its lane below the ranks'), over the call.
+ * @typedef {{ rank: Int32Array, file: Int16Array, start: Float64Array, end: Float64Array, write: Int8Array,
+ *   call: Int32Array }} Io
  * @typedef {{ low: Int32Array, high: Int32Array, start: Float64Array, end: Float64Array,
  *   op: Int16Array, comm: Int16Array }} Collectives
  * @typedef {{ rank: Int32Array, start: Float64Array, end: Float64Array, peer: Int32Array,
@@ -39,6 +42,7 @@
 
 const LEFT = 56, RIGHT = 10, AXIS = 18;
 const LABEL_H = 12; // px a lane label needs
+const IO_KIND = 7; // the events' kind of an I/O call (mpinb/_events.py)
 const PLOT_MAX_H = 540; // px; taller plots (many ranks) scroll
 
 /**
@@ -99,7 +103,7 @@ function column(view, Type) {
  */
 function load(model) {
   const e = model.get("events"), m = model.get("messages"), c = model.get("collectives"), r = model.get("flows"), l = model.get("locks");
-  const w = model.get("waits"), p = model.get("path");
+  const w = model.get("waits"), p = model.get("path"), f = model.get("io");
   const ev = {
     rank: column(e.rank, Int32Array), kind: column(e.kind, Int8Array), op: column(e.op, Int16Array),
     comm: column(e.comm, Int16Array), start: column(e.start, Float64Array), stop: column(e.stop, Float64Array),
@@ -120,6 +124,10 @@ function load(model) {
     target: column(l.target, Int32Array), holder: column(l.holder, Int32Array),
     start: column(l.start, Float64Array), end: column(l.end, Float64Array), exclusive: column(l.exclusive, Int8Array),
   };
+  const io = {
+    rank: column(f.rank, Int32Array), file: column(f.file, Int16Array), start: column(f.start, Float64Array),
+    end: column(f.end, Float64Array), write: column(f.write, Int8Array), call: column(f.call, Int32Array),
+  };
   const coll = {
     low: column(c.low, Int32Array), high: column(c.high, Int32Array),
     start: column(c.start, Float64Array), end: column(c.end, Float64Array),
@@ -130,7 +138,7 @@ function load(model) {
     peer: column(w.peer, Int32Array), kind: column(w.kind, Int8Array),
   };
   const path = { rank: column(p.rank, Int32Array), start: column(p.start, Float64Array), end: column(p.end, Float64Array) };
-  return { ev, msg, flows, locks, coll, waits, path, allRanks: model.get("ranks") };
+  return { ev, msg, flows, locks, io, coll, waits, path, allRanks: model.get("ranks"), fileLanes: model.get("file_lanes") };
 }
 
 /**
@@ -224,20 +232,32 @@ function makeFrame(laneCount, laneH, duration) {
  * @param {Context} g
  * @param {Frame} frame
  * @param {number[]} ranks
+ * @param {string[]} files the names of the files' lanes, below the ranks'
  * @param {Paint} paint
  */
-function drawLanes(g, frame, ranks, paint) {
+function drawLanes(g, frame, ranks, files, paint) {
   g.font = "11px sans-serif";
   g.textBaseline = "middle";
   // Lanes thinner than a label: label every few (the tooltip names the rank of any call).
   const every = Math.ceil(LABEL_H / frame.laneH);
-  ranks.forEach((r, i) => {
+  const laneAt = (/** @type {number} */ i) => {
     g.fillStyle = paint.lane;
     g.fillRect(LEFT, frame.yOf(i) + Math.min(1, frame.laneH / 4), frame.width - LEFT - RIGHT,
                Math.max(frame.laneH - 2, 1));
+  };
+  ranks.forEach((r, i) => {
+    laneAt(i);
     if (i % every) return;
     g.fillStyle = paint.text;
     g.fillText(`rank ${r}`, 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
+  });
+  // A file's lane below the ranks', in the colour of I/O, labelled with its name (cut to fit).
+  files.forEach((name, k) => {
+    const i = ranks.length + k;
+    laneAt(i);
+    g.fillStyle = paint.kinds[IO_KIND];
+    g.fillRect(LEFT, frame.yOf(i) + frame.laneH / 2 - 1, frame.width - LEFT - RIGHT, 2);
+    g.fillText(name.length > 8 ? `${name.slice(0, 7)}\u2026` : name, 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
   });
   g.fillStyle = paint.muted;
   const { t0, t1 } = frame.view;
@@ -395,6 +415,34 @@ function drawFlows(g, frame, run, shown, paint) {
     if (!visible[call]) continue;
     g.strokeStyle = g.fillStyle = paint.kinds[ev.kind[call]];
     if (arrow(g, frame, flows.start[k], lane.get(flows.source[k]), flows.end[k], lane.get(flows.dest[k]))) arrows++;
+  }
+  g.restore();
+  return arrows;
+}
+
+/**
+ * A dashed arrow in the I/O colour for each read or write whose call is shown, between the rank's
+ * lane and its file's (below the ranks'): a write from the call's start to the file at its end, a
+ * read from the file at the call's start to the rank at its end. Returns the arrows drawn.
+ * @param {Context} g
+ * @param {Frame} frame
+ * @param {Run} run
+ * @param {Shown} shown
+ * @param {Paint} paint
+ */
+function drawIo(g, frame, run, shown, paint) {
+  const { io } = run, { lane, visible, ranks } = shown;
+  let arrows = 0;
+  g.save();
+  g.globalAlpha = 0.9;
+  g.lineWidth = 1.5;
+  g.setLineDash([2, 2]);
+  g.strokeStyle = g.fillStyle = paint.kinds[IO_KIND];
+  for (let k = 0; k < io.rank.length; k++) {
+    if (!visible[io.call[k]]) continue;
+    const rankLane = lane.get(io.rank[k]), fileLane = ranks.length + io.file[k];
+    const [from, to] = io.write[k] ? [rankLane, fileLane] : [fileLane, rankLane];
+    if (arrow(g, frame, io.start[k], from, io.end[k], to)) arrows++;
   }
   g.restore();
   return arrows;
@@ -700,7 +748,7 @@ function timeline(model, run, box, root) {
     const thinnest = shown.ranks.length > 128 ? 3 : 8;
     const laneH = expanded ? 26 : Math.max(thinnest, Math.min(16, Math.floor(120 / shown.ranks.length)));
     const view = frame ? frame.view : { t0: 0, t1: duration };
-    frame = makeFrame(shown.ranks.length, laneH, duration);
+    frame = makeFrame(shown.ranks.length + run.fileLanes.length, laneH, duration);
     frame.view = view;
     size();
     return shown;
@@ -717,7 +765,7 @@ function timeline(model, run, box, root) {
     if (!g) return;
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, frame.width, frame.height);
-    drawLanes(g, frame, shown.ranks, paint);
+    drawLanes(g, frame, shown.ranks, run.fileLanes, paint);
     g.save();
     g.beginPath(); g.rect(LEFT, 0, frame.width - LEFT - RIGHT, frame.height); g.clip();
     const boxes = drawCalls(g, frame, run, shown, paint);
@@ -726,16 +774,19 @@ function timeline(model, run, box, root) {
     const arrows = drawMessages(g, frame, run, shown, paint);
     const flows = drawFlows(g, frame, run, shown, paint);
     const locks = drawLocks(g, frame, run, shown, paint);
+    const io = drawIo(g, frame, run, shown, paint);
     const open = drawOpen(g, frame, run, shown, paint);
     const path = model.get("show_path") ? drawPath(g, frame, run, shown, paint) : 0;
     g.restore();
     // What was drawn, for tests and for anyone inspecting the page.
-    Object.assign(canvas.dataset, { lanes: shown.ranks.length, boxes, arrows, flows, locks, waits, open, path,
-                                    axisEnd: duration });
+    Object.assign(canvas.dataset, { lanes: shown.ranks.length, fileLanes: run.fileLanes.length, boxes, arrows,
+                                    flows, locks, io, waits, open, path, axisEnd: duration });
   }
 
   const [filters, markBad] = filterBar(model, () => { const left = layout(); draw(); return left; });
-  box.append(filters, plot, legendOf(model.get("kinds"), new Set(run.ev.kind), sayer(model)));
+  const present = new Set(run.ev.kind);
+  if (run.fileLanes.length) present.add(IO_KIND);  // (a collective write is drawn in I/O's colour too)
+  box.append(filters, plot, legendOf(model.get("kinds"), present, sayer(model)));
   // The biggest loss and what set the time, in words under the picture (the rest: Per rank).
   const [loss] = model.get("losses"), [pathText] = model.get("path_text");
   for (const [text, className] of [[loss, "loss"], [pathText, "path"]]) {

@@ -7,6 +7,7 @@ load in milliseconds; ``trace.js`` draws them on a canvas.
 from __future__ import annotations
 
 import html
+import os
 import pathlib
 
 import anywidget
@@ -75,6 +76,10 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     # data to each neighbour in a neighbourhood collective (source, dest, start, end, call)
     flows = t.Dict().tag(sync=True)
     locks = t.Dict().tag(sync=True)  # passive-target epochs: target, holder, start, end, exclusive (1/0)
+    # a lane per file that ranks read or wrote (its name), below the ranks' lanes, and each read or
+    # write between a rank and a file's lane: rank, file (lane index), start, end, write (1/0), call
+    file_lanes = t.List(t.Unicode()).tag(sync=True)
+    io = t.Dict().tag(sync=True)
     collectives = t.Dict().tag(sync=True)
     waits = t.Dict().tag(sync=True)  # wait states: rank, start, end, peer, kind (index in WAIT_KINDS)
     path = t.Dict().tag(sync=True)  # the critical path's steps: rank, start, end
@@ -110,6 +115,9 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
         messages = trace.messages()
         flows = [*trace.transfers(), *trace.neighbor_exchanges()]
         locks = trace.lock_epochs()
+        io = trace.io_calls()
+        file_ids = sorted({call["file"] for call in io})
+        io_rows = [{**call, "lane": file_ids.index(call["file"])} for call in io]
         collectives = trace.collectives()
         waits = trace.waits()
         path = trace.critical_path()
@@ -142,6 +150,9 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
                            end=("end", "<f8"), call=("index", "<i4")),
             locks=_columns(locks, target=("target", "<i4"), holder=("holder", "<i4"), start=("start", "<f8"),
                            end=("end", "<f8"), exclusive=("exclusive", "<i1")),
+            file_lanes=[os.path.basename(trace.file_names.get(cid, "")) or cid for cid in file_ids],
+            io=_columns(io_rows, rank=("rank", "<i4"), file=("lane", "<i2"), start=("start", "<f8"),
+                        end=("end", "<f8"), write=("write", "<i1"), call=("index", "<i4")),
             collectives={
                 "low": _column([min(c["ranks"]) for c in collectives], "<i4"),
                 "high": _column([max(c["ranks"]) for c in collectives], "<i4"),
