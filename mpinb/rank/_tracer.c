@@ -1218,6 +1218,22 @@ static PyObject *stop(PyObject *module, PyObject *unused) {
     return Py_BuildValue("Nn", list, dropped);
 }
 
+/* agree_on(group, name, agreed_code): the agreement of a collective that Python then makes (a
+ * window's Fence, a file's Write_at_all...) over ``group`` (anything agreement_channel takes), in
+ * C: the same messages as _collectives.agree, without the interpreter's cost per round. */
+static PyObject *agree_on(PyObject *module, PyObject *args) {
+    PyObject *group, *name;
+    Method m = {0};
+    if (!PyArg_ParseTuple(args, "OUi", &group, &name, &m.agreed_code)) return NULL;
+    m.name = name;  /* (all that agree() reads of a method: borrowed for the call) */
+    int where;
+    PyObject *code = caller(&where);
+    int result = agree(&m, group, -1, code, where);
+    Py_XDECREF(code);
+    if (result < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *count(PyObject *module, PyObject *unused) {
     return PyLong_FromSsize_t(n_events);
 }
@@ -1232,6 +1248,8 @@ static PyMethodDef functions[] = {
     {"add", add, METH_O, "add(event): an event made in Python, in call order with the C ones."},
     {"stop", stop, METH_NOARGS, "stop() -> (events as the schema's tuples, dropped): recording ends."},
     {"count", count, METH_NOARGS, "How many events are held now."},
+    {"agree_on", agree_on, METH_VARARGS,
+     "agree_on(group, name, agreed_code): the members' agreement on a collective, as _collectives.agree's."},
     {NULL},
 };
 
