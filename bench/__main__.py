@@ -158,6 +158,13 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
+def _paired(on: list[dict], off: list[dict], key: str, rate: bool) -> float:
+    """Traced over untraced speed, as the median of each alternated pair's ratio: a load burst
+    that slows one pair moves one ratio, where a ratio of medians mixes runs minutes apart.
+    ``rate``: the figure is a throughput (higher is better), else a time."""
+    return statistics.median(a[key] / b[key] if rate else b[key] / a[key] for a, b in zip(on, off))
+
+
 # Tracing's targets, on any machine: a traced call adds at most this much of the untraced call's
 # time, or 0.5 us, whichever is larger; traced throughput is at least this share of untraced.
 ADDED_SHARE, ADDED_FLOOR_US, THROUGHPUT_SHARE = 0.15, 0.5, 0.95
@@ -173,7 +180,7 @@ def tracing_cost() -> list[tuple]:
     rows = []
     with mpinb.Pool(2) as pool:
         for how in ("cell", "run_file"):
-            on, off = _on_off(pool, how)
+            on, off = _on_off(pool, how, repeats=7)
             for key, label in (("latency_us", "traced Send/Recv 1 byte"),
                                ("latency_lowercase_us", "traced send/recv 1 byte")):
                 traced, plain = _median(on, key), _median(off, key)
@@ -183,26 +190,20 @@ def tracing_cost() -> list[tuple]:
                 rows.append((f"{label}, {how}, added by tracing (us)", traced - plain,
                              f"target: at most max({ADDED_FLOOR_US} us, {ADDED_SHARE:.0%} of untraced)", target,
                              (plain + target) / traced))
-            bandwidth_on, bandwidth_off = _median(on, "bandwidth_8mb_gbs"), _median(off, "bandwidth_8mb_gbs")
-            rows.append((f"traced 8 MB Send/Recv, {how} (GB/s)", bandwidth_on, "tracing off", bandwidth_off,
-                         bandwidth_on / bandwidth_off))
-            for key, epochs in (("put_1mb_gbs", "Fence"), ("put_locked_1mb_gbs", "Lock/Unlock")):
-                put_on, put_off = _median(on, key), _median(off, key)
-                rows.append((f"traced 1 MB Put, {epochs} epochs, {how} (GB/s)", put_on, "tracing off", put_off,
-                             put_on / put_off))
-            epoch_on, epoch_off = _median(on, "put_fence_1kb_us"), _median(off, "put_fence_1kb_us")
-            rows.append((f"traced 1 kB Put + Fence, {how}, per epoch (us)", epoch_on, "tracing off", epoch_off,
-                         epoch_off / epoch_on))
-            reduce_on, reduce_off = _median(on, "allreduce_1mb_ms"), _median(off, "allreduce_1mb_ms")
-            rows.append((f"traced 1 MB Allreduce, {how} (ms)", reduce_on, "tracing off", reduce_off,
-                         reduce_off / reduce_on))
+            for key, label, rate in (("bandwidth_8mb_gbs", "8 MB Send/Recv, {how} (GB/s)", True),
+                                     ("put_1mb_gbs", "1 MB Put, Fence epochs, {how} (GB/s)", True),
+                                     ("put_locked_1mb_gbs", "1 MB Put, Lock/Unlock epochs, {how} (GB/s)", True),
+                                     ("put_fence_1kb_us", "1 kB Put + Fence, {how}, per epoch (us)", False),
+                                     ("allreduce_1mb_ms", "1 MB Allreduce, {how} (ms)", False)):
+                rows.append((f"traced {label.format(how=how)}", _median(on, key), "tracing off", _median(off, key),
+                             _paired(on, off, key, rate)))
     # Two ranks per core: a traced wait that spun without yielding once made this 100x slower.
     crowd = 2 * (os.cpu_count() or 1)
     with mpinb.Pool(crowd) as pool:
         on, off = _on_off(pool, "run_file")
-    small_on, small_off = _median(on, "allreduce_16kb_ms"), _median(off, "allreduce_16kb_ms")
-    rows.append((f"traced 16 kB Allreduce, {crowd} ranks on {crowd // 2} cores (ms)", small_on, "tracing off",
-                 small_off, small_off / small_on))
+    key = "allreduce_16kb_ms"
+    rows.append((f"traced 16 kB Allreduce, {crowd} ranks on {crowd // 2} cores (ms)", _median(on, key),
+                 "tracing off", _median(off, key), _paired(on, off, key, rate=False)))
     return rows
 
 

@@ -266,7 +266,7 @@ def agreement_channel(comm) -> tuple[MPI.Intracomm, int] | None:
 
 def agreed_code(name: str) -> int:
     """The number that stands for collective ``name`` in the agreement's messages."""
-    return _AGREED_CALLS.index(_AGREED_AS.get(name, name))
+    return _AGREED_CODES[_AGREED_AS.get(name, name)]
 
 
 def disagreed(comm, name: str, root: int, file: str, line: int, code: int,
@@ -410,6 +410,7 @@ ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter"
 _AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
                  *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)), *WINDOW_COLLECTIVES,
                  *NEIGHBORHOOD_COLLECTIVES, *FILE_COLLECTIVES, "Create_intercomm")
+_AGREED_CODES = {name: code for code, name in enumerate(_AGREED_CALLS)}
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
     **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},
