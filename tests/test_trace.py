@@ -697,6 +697,9 @@ BOTH_TRACERS = (
     "    comm.send(lambda: 1, dest=right)\n"
     "except Exception as e:\n"
     "    out.append(type(e).__name__)\n"
+    "exposed = np.zeros(1); w = MPI.Win.Create(exposed, comm=comm)\n"
+    "w.Fence(); w.Put(np.full(1, rank * 1.0), right); w.Fence(assertion=MPI.MODE_NOSUCCEED); w.Free()\n"
+    "out.append(float(exposed[0]))\n"
     "out\n"
 )
 
@@ -712,7 +715,7 @@ def test_the_c_and_the_python_tracer_give_the_same_results_and_the_same_trace(po
     in_c, in_python = pool4.run(BOTH_TRACERS), python_tracer_pool.run(BOTH_TRACERS)
     untraced = pool4.run(BOTH_TRACERS, trace=False)
     assert in_c.value == in_python.value == untraced.value
-    assert in_c.value[1][-3:] == [("error", 6), "BufferError", "PicklingError"]
+    assert in_c.value[1][-4:] == [("error", 6), "BufferError", "PicklingError", 0.0], "rank 0 put into rank 1"
     assert _schema(in_c.trace) == _schema(in_python.trace)
     assert len(in_c.trace) > 40
 
