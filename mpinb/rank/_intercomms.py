@@ -6,7 +6,7 @@
   collective: a side that never comes is diagnosed (who waits, for which leader) and the stop
   button returns control; MPI's call then finds everyone there.
 - The result is a traced ``Intercomm``: its point-to-point calls are recorded and polled as on any
-  communicator, with ``peer`` a rank of the remote group. Its id (``inter0[0,2|1,3]``) names both
+  communicator, with ``peer`` a rank of the remote group. Its id (``inter0[0, 2|1, 3]``) names both
   groups alike on every member; each rank also records its remote group (``Recorder.remote``) so
   that the trace puts every message between the right world ranks.
 - ``Merge`` waits in a polled ``Ibarrier`` on the intercommunicator's private copy first, then
@@ -70,7 +70,8 @@ def traced_intercomm(new, cid: str, local: list[int], remote: list[int], where, 
 def _greet(peer_comm, remote_leader: int, tag: int, where: tuple[str, int]) -> None:
     """The local leader's polled exchange with the remote one, on mpinb's own copy of the world,
     under a tag of this pair's k-th greeting (of this ``tag``) in this epoch: what an interrupted
-    greeting leaves in flight matches no later one."""
+    greeting leaves in flight matches no later one, and leaders that pass different tags never
+    meet (as in MPI's own call, which hangs), so the diagnosis names them."""
     from ._tracing import housekeeping, traced_world
 
     me = MPI.COMM_WORLD.Get_rank()
@@ -86,8 +87,8 @@ def _greet(peer_comm, remote_leader: int, tag: int, where: tuple[str, int]) -> N
     try:
         _poll(lambda: PlainRequest.Testall(pair), (_waiting_for_leader, (world._mpinb_id, them, tag, where)))
     except BaseException:
-        _abandon(pair[0], cancel=True)
-        _abandon(pair[1])
+        _abandon(pair[0], cancel=True, keep=heard)
+        _abandon(pair[1], keep=mine)
         raise
 
 
