@@ -588,6 +588,28 @@ def test_a_lock_granted_lazily_waits_in_the_first_call_of_its_epoch_that_lasted(
     assert [e["start"] for e in shared.lock_epochs()] == [1.00001, 1.50001]
 
 
+def test_each_read_and_write_of_a_file_is_an_arrow_between_its_rank_and_the_file():
+    from mpinb._events import COLLECTIVE, IO
+    from mpinb.trace._svg import space_time_svg
+
+    f = "file0@world"
+    trace = _trace({
+        0: [_event("File.Open", COLLECTIVE, -1, -1, 0.5, 0.6, comm="world"),
+            _event("Write_at_all", COLLECTIVE, -1, 0, 1.0, 1.5, sent=32, comm=f),
+            _event("Allreduce", COLLECTIVE, -1, -1, 2.0, 2.1, sent=8, received=8)],
+        1: [_event("File.Open", COLLECTIVE, -1, -1, 0.5, 0.6, comm="world"),
+            _event("Write_at_all", COLLECTIVE, -1, 32, 1.0, 1.4, sent=32, comm=f),
+            _event("Read_at", IO, -1, 0, 1.6, 1.7, received=16, comm=f),
+            _event("Allreduce", COLLECTIVE, -1, -1, 2.0, 2.1, sent=8, received=8)],
+    }, windows=(f,))
+    trace.file_names[f] = name = "/data/out.bin"
+    calls = [(c["rank"], c["op"], c["offset"], c["bytes"], c["write"], c["name"]) for c in trace.io_calls()]
+    assert calls == [(0, "Write_at_all", 0, 32, True, name), (1, "Write_at_all", 32, 32, True, name),
+                     (1, "Read_at", 0, 16, False, name)], "not the Open (no bytes) nor the Allreduce"
+    svg = space_time_svg(trace)
+    assert ">out.bin</text>" in svg and svg.count('stroke-dasharray="2 2"') == 3
+
+
 def test_a_wait_call_takes_the_loss_of_the_nonblocking_receive_it_completed():
     trace = _trace({
         0: [_event("Irecv", RECV, 1, 0, 0.0, 3.0, returned=0.01), _event("Irecv", RECV, 2, 0, 0.02, 3.0, returned=0.03),
