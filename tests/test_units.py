@@ -243,6 +243,8 @@ def test_the_hang_watch_reports_only_when_every_running_rank_waits_and_once_per_
     ("   PID 1001 RUNNING AT host\n   EXIT CODE: 139", [1], "rank 1 died: killed by signal 11 (SIGSEGV (a crash))"),
     ("", [0, 1], "one of ranks 0-1 died (its process ended)"),
     ("   PID 1002 RUNNING AT host\n   EXIT CODE: 9", [0, 1, 2], "rank 2 died: its process exited with code 9"),
+    # several gone, one named SIGKILLed: MPICH's clean-up kills the others so; the cause is not known
+    ("   PID 1001 RUNNING AT host\n   KILLED BY SIGNAL: 9", [1, 2], "one of ranks 1-2 died (its process ended)"),
     ("   PID 1002 RUNNING AT host\n   EXIT CODE: 3", [1], "rank 1 died (its process ended)"),  # about another
     # Open MPI 5.0.11's words, as prterun prints them
     ("prterun noticed that process rank 3 with PID 1003 on node vm exited on\nsignal 6 (Aborted).", [],
