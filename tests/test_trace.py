@@ -733,6 +733,20 @@ def test_a_run_names_a_request_it_never_completed(pool4):
     assert pool4.run("comm.allreduce(1)", trace=False).findings == []
 
 
+def test_a_send_request_freed_is_mpis_to_complete_but_a_receives_is_named(pool4):
+    # mpi4py.futures' way: a task's issend freed once the worker's answer shows it arrived
+    freed = ("if rank == 0:\n    req = comm.issend('task', dest=1)\n    answer = comm.recv(source=1)\n"
+             "    MPI.Request.Free(req)\nelif rank == 1:\n    comm.send(comm.recv(source=0).upper(), dest=0)")
+    result = pool4.run(freed)
+    assert result.findings == [] and pool4.run("answer", targets=[0]).value[0] == "TASK"
+    [send] = result.trace.events[result.trace.events["op"] == "issend"]
+    assert not send["pending"] and send["end"] >= send["start"]
+    # (on a communicator of its own: the receive stays posted, and must never take a later message)
+    dropped = ("own = comm.Dup()\nif rank == 1:\n    req = own.Irecv(np.zeros(1), source=0, tag=9)\n"
+               "    req.Free()\nown.Free()")
+    assert [(f.check, f.rank, f.line) for f in pool4.run(dropped).findings] == [("never-completed", 1, 3)]
+
+
 # Float reductions whose result depends on the order of the sums (values of 16 magnitudes), in
 # the forms the C path takes and in the ones it hands to Python, mixed across the ranks.
 REDUCTIONS = (

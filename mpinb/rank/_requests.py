@@ -75,6 +75,17 @@ class TracedRequest(PlainRequest, metaclass=StandIn):
         if event[1] == RECV:  # the status tells source, tag and size (a pickle's, for irecv)
             event[3], event[4], event[6] = status.Get_source(), status.Get_tag(), status.Get_count(BYTE)
 
+    def Free(self) -> None:
+        """A send's request freed while pending is MPI's to complete from here (mpi4py.futures
+        frees each task's ``issend`` once the worker's answer shows it done): its event ends
+        where the program gave it up, and it is no longer told as never completed. A receive's
+        stays pending: freeing an active receive is a bug (the data may never be there)."""
+        event = getattr(self, "_event", None)
+        if event is not None and event[1] != RECV:
+            self._event = None
+            event[8] = _now()
+        PlainRequest.Free(self)
+
     # single request
     def Wait(self, status=None):
         mine = status if status is not None else MPI.Status()
