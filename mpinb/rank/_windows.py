@@ -229,7 +229,7 @@ def _fence(self, assertion: int = 0) -> None:
     """``Fence``, the epoch's end: as ``_collective_call``'s, with the C agreement called directly
     (no closure, no argument packing, the line looked up only when recording): an epoch of a
     small ``Put`` pays about one barrier more than MPI's own ``Fence``, not the interpreter's layers."""
-    group = getattr(self, "_mpinb_group", None)
+    group = group_of(self)
     native = _rec.native
     if group is None or native is None or group._mpinb_shadow is None:
         return _general_fence(self, assertion)

@@ -31,9 +31,8 @@ class IoCall(TypedDict):
 def io_calls(events: np.ndarray, names: dict[str, str]) -> list[IoCall]:
     """Every read or write that moved bytes, in the order the calls began."""
     moved = events["sent"] + events["received"] > 0
-    on_file = np.array([str(comm).startswith("file") for comm in events["comm"]], dtype=bool) \
-        if len(events) else np.zeros(0, dtype=bool)
-    rows = np.flatnonzero(moved & on_file & np.isin(events["kind"], (IO, COLLECTIVE)))
+    files = [comm for comm in set(events["comm"][moved].tolist()) if str(comm).startswith("file")]
+    rows = np.flatnonzero(moved & np.isin(events["comm"], files) & np.isin(events["kind"], (IO, COLLECTIVE)))
     return [{"file": str(events["comm"][i]), "name": names.get(str(events["comm"][i]), ""),
              "rank": int(events["rank"][i]), "op": str(events["op"][i]), "offset": int(events["tag"][i]),
              "bytes": int(max(events["sent"][i], events["received"][i])), "write": bool(events["sent"][i] > 0),

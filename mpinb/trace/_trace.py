@@ -58,7 +58,6 @@ class Trace:
         self.file_names: dict[str, str] = {}
         for data in per_rank.values():
             self.file_names.update(data.get("files", {}))
-        self.remote = {r: data["remote"] for r, data in per_rank.items() if data.get("remote")}
         self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
         # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
@@ -74,6 +73,7 @@ class Trace:
         self._waits: list[Wait] | None = None
         self._messages: list[dict] | None = None
         self._transfers: list[Transfer] | None = None
+        self._io: list[IoCall] | None = None
         self._exchanges: list[Exchange] | None = None
         self._path: CriticalPath | None = None
         self._halves: dict[int, dict[str, int]] | None = None
@@ -152,7 +152,9 @@ class Trace:
     def io_calls(self) -> list[IoCall]:
         """Reads and writes that moved bytes between a rank and a file (one dict each: file, its
         name, rank, op, offset, bytes, ``write``, the call's span), for the file's lane."""
-        return io_calls(self.events, self.file_names)
+        if self._io is None:
+            self._io = io_calls(self.events, self.file_names)
+        return list(self._io)
 
     def neighbor_exchanges(self) -> list[Exchange]:
         """What each member of a neighbourhood collective sent each of its neighbours: one dict
