@@ -128,6 +128,9 @@ class Recording(TypedDict):
     neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
     remote: NotRequired[dict[str, list[int]]]  # an intercommunicator's id -> its remote group (world ranks)
     files: NotRequired[dict[str, str]]  # a file's id -> its name as opened
+    # on a spawn's root: its children's recordings, by provisional lane (see mpinb.rank._spawn)
+    spawned: NotRequired[dict[int, Recording]]
+    spawned_running: NotRequired[int]  # its children still connected when the run ended: not recorded
 
 
 class Reply(TypedDict):

@@ -525,6 +525,7 @@ ZH: dict[str, str] = {
     "late post": "目标开放迟到",
     "show": "显示",
     "from \\ to": "从 \\ 到",
+    "child {n}": "子进程 {n}",
     "messages": "消息数",
     "bytes": "字节数",
     "time": "时间",

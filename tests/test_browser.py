@@ -112,6 +112,10 @@ def test_space_time_diagram_matrix_and_summary(tmp_path, artifacts, existing_poo
 
 @pytest.mark.timeout(240)
 def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts, existing_pools):
+    child = str(tmp_path / "child.py")
+    with open(child, "w") as file:
+        file.write("from mpi4py import MPI\nparent = MPI.Comm.Get_parent()\n"
+                   "parent.send(1, dest=0)\nparent.Disconnect()\n")
     write_notebook(str(tmp_path / "rma.ipynb"), [
         "%load_ext mpinb",
         "%%mpi -n 4 --view full\nimport time\nbuf = np.zeros(size)\nwin = MPI.Win.Create(buf, disp_unit=8, comm=comm)\n"
@@ -122,10 +126,13 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         "    win.Lock(0)\n    time.sleep(0.1)\n    win.Unlock(0)\ncomm.Barrier()\nwin.Free()",
         "%%mpi --view full\nfh = MPI.File.Open(comm, 'grid.bin', MPI.MODE_CREATE | MPI.MODE_RDWR)\n"
         "fh.Write_at_all(rank * 8, np.full(1, rank * 1.0))\nback = np.zeros(1)\nfh.Read_at_all(0, back)\nfh.Close()",
+        f"%%mpi --view full\nimport sys\nif rank == 0:\n"
+        f"    inter = MPI.COMM_SELF.Spawn(sys.executable, args=[{child!r}], maxprocs=2)\n"
+        "    got = [inter.recv(source=c) for c in range(2)]\n    inter.Disconnect()",
     ])
     with jupyterlab(str(tmp_path)) as server, page_on(server, "rma.ipynb") as page:
         run_all(page)
-        page.wait_for_selector(".mpinb-trace >> nth=3", timeout=90_000)
+        page.wait_for_selector(".mpinb-trace >> nth=4", timeout=90_000)
         rma, grid = page.locator(".mpinb-trace").nth(0), page.locator(".mpinb-trace").nth(1)
         canvas = rma.locator("canvas[data-flows]")
         assert canvas.get_attribute("data-flows") == "12", "a Put from each rank to each other rank"
@@ -160,6 +167,15 @@ def test_one_sided_transfers_and_neighbour_arrows_are_drawn(tmp_path, artifacts,
         assert "io" in page.locator(".mpinb-trace").nth(3).locator(".legend").inner_text()
         written.scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(artifacts, "trace-file-lane.png"))
+        spawned = page.locator(".mpinb-trace").nth(4)
+        lanes = spawned.locator("canvas")
+        assert lanes.get_attribute("data-lanes") == "6", "two children's lanes after the 4 ranks'"
+        assert lanes.get_attribute("data-arrows") == "2", "a message from each child to rank 0"
+        spawned.scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(artifacts, "trace-spawned-lanes.png"))
+        spawned.locator(".tab[data-panel='matrix']").click()
+        heads = spawned.locator("table.heat tr td:first-child")
+        assert [heads.nth(i).inner_text() for i in range(1, 7)][-2:] == ["child 0", "child 1"]
     assert not wait_until_gone(15, existing_pools)
 
 

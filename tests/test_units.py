@@ -445,6 +445,55 @@ def test_one_palette_for_python_and_the_widgets():
     assert _colors.tint("#4e79a7", 0.5) == "rgba(78,121,167,0.5)"
 
 
+def test_spawned_processes_get_the_lanes_after_the_pools_ranks_in_every_list_of_ranks():
+    first, second = 2_000_000, 1_000_000  # rank 1's spawn #0 and rank 0's spawn #0 (provisional lanes)
+    inter0, inter1 = "spawn0@0", "spawn0@1"
+
+    def recording(events, comms, remote=None, spawned=None, running=0):
+        data = {"events": events, "dropped": 0, "comms": comms, "began": 0.0, "ended": 10.0, "offset": 0.0}
+        if remote:
+            data["remote"] = remote
+        if spawned:
+            data["spawned"] = spawned
+        if running:
+            data["spawned_running"] = running
+        return data
+
+    child_of_1 = recording([_event("Send", SEND, 0, 0, 1.0, 1.1, sent=8, comm=inter1)],
+                           {inter1: [1, first]}, remote={inter1: [1]})
+    children_of_0 = {second + c: recording([_event("Send", SEND, 0, 0, 2.0, 2.1, sent=4, comm=inter0)],
+                                           {inter0: [0, second, second + 1]}, remote={inter0: [0]})
+                     for c in (0, 1)}
+    trace = Trace({
+        0: recording([_event("Recv", RECV, c, 0, 1.5, 2.5, received=4, comm=inter0) for c in (0, 1)],
+                     {"world": [0, 1], inter0: [0, second, second + 1]}, remote={inter0: [second, second + 1]},
+                     spawned=children_of_0),
+        1: recording([_event("Recv", RECV, 0, 0, 0.5, 1.2, received=8, comm=inter1)],
+                     {"world": [0, 1], inter1: [1, first]}, remote={inter1: [first]},
+                     spawned={first: child_of_1}, running=1),
+    }, world_size=2)
+    assert trace.ranks == [0, 1, 2, 3, 4] and trace.lanes == 5
+    assert trace.spawned == {2: {"root": 0, "spawn": 0, "rank": 0}, 3: {"root": 0, "spawn": 0, "rank": 1},
+                             4: {"root": 1, "spawn": 0, "rank": 0}}
+    assert trace.lane_names() == ["rank 0", "rank 1", "child 0.0", "child 0.1", "child 1.0"]
+    assert sorted((m["source"], m["dest"]) for m in trace.messages()) == [(2, 0), (3, 0), (4, 1)]
+    assert trace.comms[inter0] == [0, 2, 3] and trace.matrix("bytes")[4, 1] == 8
+    assert trace.spawned_running == 1
+    alone = Trace({0: recording([], {"world": [0]}, spawned={second: recording([], {})})}, world_size=1)
+    assert alone.lane_names() == ["rank 0", "child 0"]
+
+
+def test_a_python_command_line_splits_into_pythons_options_and_the_program():
+    from mpinb.rank._spawned import python_program
+
+    assert python_program(["child.py", "-u", "x"]) == ([], ["child.py", "-u", "x"])
+    assert python_program(["-u", "-X", "dev", "-Wignore", "-m", "mpi4py.futures.server"]) == (
+        ["-u", "-X", "dev", "-Wignore"], ["-m", "mpi4py.futures.server"])
+    assert python_program(["-OB", "-c", "print(1)", "a"]) == (["-OB"], ["-c", "print(1)", "a"])
+    for unreadable in ([], ["-"], ["-i", "x.py"], ["--help"], ["-m"], ["-u"]):
+        assert python_program(unreadable) is None, unreadable
+
+
 # -- results ---------------------------------------------------------------------------------------
 
 def _failure(kind: str) -> RankFailure:

@@ -132,13 +132,19 @@ def user_site() -> tuple[str, int]:
 
 
 WORLD_GROUP = MPI.COMM_WORLD.Get_group()
+# What this process's world ranks count from in a trace: 0 on the pool's ranks; a spawned
+# process's provisional lanes (see _spawn), which the trace numbers after the pool's ranks.
+lane_base = 0
 
 
 def world_ranks(group: MPI.Group, owned: bool = True) -> list[int]:
     """The world ranks of ``group``'s members, in its order; an ``owned`` group (just made for
     this: ``comm.Get_group()``) is freed, the user's own is not."""
     try:
-        return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), WORLD_GROUP))
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), WORLD_GROUP)
+        if lane_base:
+            return [rank + lane_base if rank >= 0 else rank for rank in ranks]
+        return list(ranks)
     finally:
         if owned:
             group.Free()

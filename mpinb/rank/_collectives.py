@@ -409,7 +409,7 @@ ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter"
 # the same codes on every rank; the uppercase collectives agree in verified runs (see ``signature``)
 _AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
                  *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)), *WINDOW_COLLECTIVES,
-                 *NEIGHBORHOOD_COLLECTIVES, *FILE_COLLECTIVES, "Create_intercomm")
+                 *NEIGHBORHOOD_COLLECTIVES, *FILE_COLLECTIVES, "Create_intercomm", "Spawn")
 _AGREED_CODES = {name: code for code, name in enumerate(_AGREED_CALLS)}
 COLLECTIVES = {
     **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},

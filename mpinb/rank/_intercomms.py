@@ -11,13 +11,17 @@
   that the trace puts every message between the right world ranks.
 - ``Merge`` waits in a polled ``Ibarrier`` on the intercommunicator's private copy first, then
   makes a traced intracommunicator.
-- Collectives on an intercommunicator (``MPI.ROOT`` semantics) and ``Spawn``'s intercommunicators
-  to processes outside the pool pass through untraced.
+- ``Disconnect``, where MPI's own waits for the other group (Open MPI), waits in a polled
+  ``Ibarrier`` on the private copy first (a side that never disconnects is diagnosed), then frees
+  the copy.
+- ``Spawn`` (see ``_spawn``) makes a traced intercommunicator to traced children.
+- Collectives on an intercommunicator (``MPI.ROOT`` semantics) pass through untraced.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from time import perf_counter as _now
 
 from mpi4py import MPI
@@ -29,6 +33,7 @@ from . import _left
 from ._calls import PlainIntracomm, PlainRequest, call_site, describer, named, world_ranks
 from ._collectives import agree, epoch
 from ._recorder import RECORDER as _rec
+from ._spawn import disconnected, spawn
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
@@ -57,11 +62,12 @@ def _create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, ta
     return traced_intercomm(new, f"inter{number}{groups}", local, remote, where, "Create_intercomm")
 
 
-def traced_intercomm(new, cid: str, local: list[int], remote: list[int], where, op: str):
-    """The traced twin of intercommunicator ``new`` (made with every member there)."""
+def traced_intercomm(new, cid: str, local: list[int], remote: list[int], where, op: str, shadow=None):
+    """The traced twin of intercommunicator ``new`` (made with every member there; ``shadow``:
+    its private copy, if made already)."""
     from ._traced import traced
 
-    twin = traced(new, cid, sorted(local + remote))
+    twin = traced(new, cid, sorted(local + remote), shadow=shadow)
     _rec.remote[cid] = remote
     _left.made(twin, op, where)
     return twin
@@ -116,5 +122,34 @@ def _merge(self, high: bool = False):
     return twin
 
 
-INTRACOMM_METHODS = {"Create_intercomm": named(_create_intercomm, PlainIntracomm.Create_intercomm, "Intracomm")}
-INTERCOMM_METHODS = {"Merge": named(_merge, PlainIntercomm.Merge, "Intercomm")}
+def _disconnect(self) -> None:
+    where = call_site()
+    start = _now()
+    cid = self._mpinb_id
+    if (leave := before_disconnect.pop(cid, None)) is not None:  # a spawned process: its recording first
+        if _rec.on:
+            end = _now()
+            _rec.add(("Disconnect", COLLECTIVE, cid, -1, -1, 0, 0, start, end, end, *where))
+        leave()
+    if DISCONNECT_WAITS and self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
+        # MPI's own call would wait for the other group: wait where an interrupt reaches
+        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
+        _poll_request(request, None, describer(self, "Disconnect", "collective", None, -1, 0, where))
+    if _rec.on:
+        end = _now()
+        _rec.add(("Disconnect", COLLECTIVE, cid, -1, -1, 0, 0, start, end, end, *where))
+    self._free_shadow()
+    disconnected(cid)
+    PlainIntercomm.Disconnect(self)
+
+
+# Open MPI's Disconnect returns once both groups have called it; MPICH's (and so Intel MPI's)
+# returns at once, and so does a traced one there.
+DISCONNECT_WAITS = MPI.get_vendor()[0] == "Open MPI"
+# a spawned process's parent intercommunicator -> what leaves its recording (see _spawned)
+before_disconnect: dict[str, Callable[[], None]] = {}
+
+INTRACOMM_METHODS = {"Create_intercomm": named(_create_intercomm, PlainIntracomm.Create_intercomm, "Intracomm"),
+                     "Spawn": named(spawn, PlainIntracomm.Spawn, "Intracomm")}
+INTERCOMM_METHODS = {"Merge": named(_merge, PlainIntercomm.Merge, "Intercomm"),
+                     "Disconnect": named(_disconnect, PlainIntercomm.Disconnect, "Intercomm")}

@@ -9,7 +9,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _verify
+from . import _spawn, _verify
 from ._calls import PlainRequest
 from ._collectives import set_epoch
 from ._files import PlainFile, TracedFile
@@ -37,6 +37,21 @@ def install(namespace: dict) -> None:
     _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
     align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
+
+
+def install_spawned(spec: dict) -> Any:
+    """Trace a process spawned from a traced run (see ``_spawned``), from now until it leaves its
+    recording; the traced twin of its parent intercommunicator."""
+    global _traced_world, _housekeeping
+    world = _plain_world
+    polite_barrier(world)
+    lanes = [spec["base"] + rank for rank in range(world.Get_size())]
+    _traced_world = traced(world, f"{spec['cid']}.world", lanes, constant=True)
+    _housekeeping = world.Dup()
+    RECORDER.clock_offset = spec["offset"]  # a child shares its root's clock (on the root's host)
+    _use({}, traced_calls=True)
+    RECORDER.start(spec["capacity"])
+    return _spawn.spawned_intercomm(MPI.Comm.Get_parent(), spec["cid"], lanes, spec["parents"], ("", 0))
 
 
 def traced_world() -> Any:
@@ -121,6 +136,7 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
 def _use(namespace: dict, traced_calls: bool) -> None:
     old, new = (_plain_world, _traced_world) if traced_calls else (_traced_world, _plain_world)
     MPI.COMM_WORLD = new  # type: ignore[misc]  # on purpose: user code finds the twin there
+    _spawn.trace_spawns(traced_calls)
     MPI.Request = TracedRequest if traced_calls else PlainRequest  # type: ignore[misc]
     MPI.Win = TracedWin if traced_calls else PlainWin  # type: ignore[misc]
     MPI.Prequest = TracedPrequest if traced_calls else PlainPrequest  # type: ignore[misc]
@@ -156,5 +172,6 @@ def recording(namespace: dict, enabled: bool, capacity: int | None = None,
         yield box
     finally:
         box["trace"] = RECORDER.stop()
+        _spawn.collect(box["trace"])
         if replaced is not None:
             box["trace"]["checks"] = _verify.stop(replaced)

@@ -53,19 +53,19 @@ def space_time_svg(trace: Trace, width: int = 800, lane: int = 22, t_end: float 
     t_end = t_end or max((end for _, end in trace.span.values()), default=0.0) or 1e-9
     frame = _Frame(width, lane, t_end, {rank: _TOP + i * lane for i, rank in enumerate(ranks)})
     messages = trace.messages()
-    layers = [_lanes(frame), _calls(frame, trace), _waits(frame, trace), _unfinished(frame, trace),
+    layers = [_lanes(frame, trace.lane_names()), _calls(frame, trace), _waits(frame, trace), _unfinished(frame, trace),
               _path(frame, trace), _arrows(frame, messages), _flows(frame, trace),
               _files(frame, trace, io, files), _legend(frame, height, len(trace.events), messages)]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'font-family="sans-serif" font-size="11">{"".join(part for layer in layers for part in layer)}</svg>')
 
 
-def _lanes(frame: _Frame) -> list[str]:
+def _lanes(frame: _Frame, names: list[str]) -> list[str]:
     parts = []
-    for rank, y in frame.y_of.items():
+    for (_, y), name in zip(frame.y_of.items(), names):
         parts.append(f'<rect x="{_LEFT}" y="{y + 3}" width="{frame.width - _LEFT - _RIGHT}" height="{frame.lane - 6}" '
                      f'fill="{_LANE_COLOR}"/>')
-        parts.append(f'<text x="4" y="{y + frame.lane / 2 + 4}" fill="{_TEXT_COLOR}">rank {rank}</text>')
+        parts.append(f'<text x="4" y="{y + frame.lane / 2 + 4}" fill="{_TEXT_COLOR}">{name}</text>')
     return parts
 
 

@@ -16,6 +16,7 @@ from ._match import match_messages
 from ._neighbors import Exchange, neighbor_exchanges
 from ._path import CriticalPath, critical_path
 from ._rma import LockEpoch, Transfer, lock_epochs, transfers
+from ._spawned import Spawned, lane_names, with_spawned
 from ._synchronous import stalled
 from ._waits import Wait, waiting_per_rank, waits
 
@@ -47,6 +48,13 @@ class Trace:
 
     def __init__(self, per_rank: Mapping[int, Recording], world_size: int):
         self.world_size = world_size
+        # processes spawned in the run, each a lane after the pool's ranks: lane -> who it is
+        self.spawned: dict[int, Spawned]
+        # their processes still connected to their parents when the run ended (not recorded)
+        self.spawned_running = sum(data.get("spawned_running", 0) for data in per_rank.values())
+        pool = set(per_rank)
+        per_rank, self.spawned = with_spawned(per_rank, world_size)
+        self.lanes = world_size + len(self.spawned)
         self.ranks = sorted(per_rank)
         self.dropped = {r: data["dropped"] for r, data in per_rank.items() if data["dropped"]}
         self.comms: dict[str, list[int]] = {}
@@ -58,7 +66,7 @@ class Trace:
         self.file_names: dict[str, str] = {}
         for data in per_rank.values():
             self.file_names.update(data.get("files", {}))
-        self.verified = bool(per_rank) and all("checks" in data for data in per_rank.values())
+        self.verified = bool(pool) and all("checks" in per_rank[rank] for rank in pool)
         # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
         # per rank, a user's line -> the library line behind the calls it led to (mpi4py.futures...):
@@ -120,6 +128,10 @@ class Trace:
         return (rank, values["op"], values["kind"], values["comm"], peer, peer_world, values["tag"],
                 values["sent"], values["received"], values["start"] + shift, end,
                 returned, values["file"], values["line"], -1, broken_off, pending)
+
+    def lane_names(self) -> list[str]:
+        """A label per lane of ``ranks``: ``rank 2``, or ``child 1`` for a spawned process."""
+        return lane_names(self.ranks, self.spawned)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -223,7 +235,7 @@ class Trace:
         sender included), from each RMA call to the end of its epoch at the target."""
         if what not in MATRIX_MEASURES:
             raise ValueError(f"what must be one of {', '.join(map(repr, MATRIX_MEASURES))}, not {what!r}")
-        grid = np.zeros((self.world_size, self.world_size), dtype=np.float64 if what == "time" else np.int64)
+        grid = np.zeros((self.lanes, self.lanes), dtype=np.float64 if what == "time" else np.int64)
         for message in self.messages():
             if what == "time":
                 value = max(message["recv_end"] - min(message["send_start"], message["recv_start"]), 0.0)

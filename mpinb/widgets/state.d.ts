@@ -53,6 +53,7 @@ export interface TraceState {
   wait_kinds: string[];
   words: Record<string, string>;
   ranks: number[];
+  lane_names: string[];
   ops: string[];
   files: string[];
   library_lines: Record<string, string>;

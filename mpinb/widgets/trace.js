@@ -7,7 +7,7 @@
 /**
  * The columns of one run, as typed arrays.
  * @typedef {{ ev: Events, msg: Messages, flows: Flows, locks: Locks, io: Io, coll: Collectives, waits: Waits,
- *   path: PathSteps, allRanks: number[], fileLanes: string[] }} Run
+ *   path: PathSteps, allRanks: number[], fileLanes: string[], laneName: (rank: number) => string }} Run
  * @typedef {{ rank: Int32Array, kind: Int8Array, op: Int16Array, comm: Int16Array, start: Float64Array,
  *   stop: Float64Array, peer: Int32Array, tag: Int32Array, bytes: Float64Array, file: Int16Array,
  *   line: Int32Array, open: Int8Array }} Events
@@ -138,7 +138,18 @@ function load(model) {
     peer: column(w.peer, Int32Array), kind: column(w.kind, Int8Array),
   };
   const path = { rank: column(p.rank, Int32Array), start: column(p.start, Float64Array), end: column(p.end, Float64Array) };
-  return { ev, msg, flows, locks, io, coll, waits, path, allRanks: model.get("ranks"), fileLanes: model.get("file_lanes") };
+  return { ev, msg, flows, locks, io, coll, waits, path, allRanks: model.get("ranks"), fileLanes: model.get("file_lanes"),
+    laneName: laneNamer(model) };
+}
+
+/**
+ * A lane's label: "rank 2", or "child 1" for a process spawned in the run (trace.py names them).
+ * @param {Model} model
+ * @returns {(rank: number) => string}
+ */
+function laneNamer(model) {
+  const ranks = model.get("ranks"), names = model.get("lane_names") || [];
+  return (rank) => names[ranks.indexOf(rank)] ?? `rank ${rank}`;
 }
 
 /**
@@ -234,8 +245,9 @@ function makeFrame(laneCount, laneH, duration) {
  * @param {number[]} ranks
  * @param {string[]} files the names of the files' lanes, below the ranks'
  * @param {Paint} paint
+ * @param {(rank: number) => string} laneName
  */
-function drawLanes(g, frame, ranks, files, paint) {
+function drawLanes(g, frame, ranks, files, paint, laneName) {
   g.font = "11px sans-serif";
   g.textBaseline = "middle";
   // Lanes thinner than a label: label every few (the tooltip names the rank of any call).
@@ -249,7 +261,7 @@ function drawLanes(g, frame, ranks, files, paint) {
     laneAt(i);
     if (i % every) return;
     g.fillStyle = paint.text;
-    g.fillText(`rank ${r}`, 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
+    g.fillText(laneName(r), 4, frame.yOf(i) + Math.max(frame.laneH, LABEL_H) / 2);
   });
   // A file's lane below the ranks', in the colour of I/O, labelled with its name (cut to fit).
   files.forEach((name, k) => {
@@ -765,7 +777,7 @@ function timeline(model, run, box, root) {
     if (!g) return;
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, frame.width, frame.height);
-    drawLanes(g, frame, shown.ranks, run.fileLanes, paint);
+    drawLanes(g, frame, shown.ranks, run.fileLanes, paint, run.laneName);
     g.save();
     g.beginPath(); g.rect(LEFT, 0, frame.width - LEFT - RIGHT, frame.height); g.clip();
     const boxes = drawCalls(g, frame, run, shown, paint);
@@ -855,6 +867,7 @@ function matrix(model, box) {
   const values = model.get(MEASURES[measure]);
   const bytes = model.get("matrix_bytes"), counts = model.get("matrix_count"), times = model.get("matrix_time");
   const peak = Math.max(1e-12, ...values.flat());
+  const laneName = laneNamer(model);
   const switcher = document.createElement("div");
   switcher.className = "filters";
   const select = document.createElement("select");
@@ -874,12 +887,12 @@ function matrix(model, box) {
   const show = { messages: (v) => (v ? String(v) : ""), bytes: (v) => (v ? fmtBytes(v) : ""), time: (v) => (v ? fmtTime(v) : "") };
   values.forEach((row, i) => {
     const tr = table.insertRow();
-    tr.insertCell().textContent = `rank ${i}`;
+    tr.insertCell().textContent = laneName(i);
     row.forEach((value, j) => {
       const cell = tr.insertCell();
       shade(cell, value / peak);
       cell.textContent = show[measure](value);
-      cell.title = `rank ${i} \u2192 rank ${j}: ${say("{count} messages, {bytes}, {time}",
+      cell.title = `${laneName(i)} \u2192 ${laneName(j)}: ${say("{count} messages, {bytes}, {time}",
         { count: counts[i][j], bytes: fmtBytes(bytes[i][j]), time: fmtTime(times[i][j]) })}`;
     });
   });

@@ -65,6 +65,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
     words = t.Dict(value_trait=t.Unicode()).tag(sync=True)  # VIEW_WORDS in the notebook's language
 
     ranks = t.List(t.Int()).tag(sync=True)
+    lane_names = t.List(t.Unicode()).tag(sync=True)  # per rank: "rank 2", or "child 1" (spawned in the run)
     ops = t.List(t.Unicode()).tag(sync=True)
     files = t.List(t.Unicode()).tag(sync=True)
     # "rank file-index line" -> the library line behind the calls that line made (Trace.via)
@@ -123,6 +124,7 @@ class TraceView(StaticFallback, anywidget.AnyWidget):
         path = trace.critical_path()
         super().__init__(
             ranks=list(trace.ranks),
+            lane_names=trace.lane_names(),
             ops=ops,
             files=files,
             library_lines={f"{rank} {file_index[file]} {line}": f"{behind[0]}:{behind[1]}"

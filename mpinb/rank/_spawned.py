@@ -1,0 +1,119 @@
+"""The start of a Python program spawned from a traced run (see ``_spawn``): trace it, then run
+it as ``python`` would have.
+
+    python [options] -m mpinb.rank._spawned SPEC -- script [args] | -m module [args] | -c code [args]
+
+``SPEC`` (JSON, from the spawn's root) names the spawn, its provisional lanes, the parents' world
+ranks and the folder for the recording. The program finds ``MPI.Comm.Get_parent()`` traced, and
+its recording is left when it disconnects from its parents or, failing that, when it ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import sys
+from typing import Any
+
+# Python's options that take a value in the next argument; the others are letters after one "-"
+_OPTIONS_WITH_VALUE = ("-W", "-X")
+_OPTION_LETTERS = set("bBdEIOPqsRSuv")
+
+
+def python_program(args: list[str]) -> tuple[list[str], list[str]] | None:
+    """``args`` of a Python command line split into Python's own options and the program with
+    its arguments (``script ...``, ``-m module ...``, ``-c code ...``); ``None`` for a command
+    line mpinb cannot start through its bootstrap (stdin, ``-i``, unknown options)."""
+    options: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-m", "-c"):
+            return (options, args[i:]) if i + 1 < len(args) else None
+        if not arg.startswith("-"):
+            return options, args[i:]
+        if arg in _OPTIONS_WITH_VALUE:
+            options += args[i:i + 2]
+            i += 2
+            continue
+        if arg.startswith(_OPTIONS_WITH_VALUE) or (len(arg) > 1 and set(arg[1:]) <= _OPTION_LETTERS):
+            options.append(arg)
+            i += 1
+            continue
+        return None
+    return None
+
+
+class _GetParent:
+    """``MPI.Comm.Get_parent``, answered with the traced twin of the parent intercommunicator."""
+
+    def __init__(self, twin: Any):
+        self.twin = twin
+
+    def __get__(self, obj, owner=None):
+        return lambda: self.twin
+
+
+def _stand_in_comm(twin: Any) -> type:
+    from mpi4py import MPI
+
+    from ._calls import StandIn
+
+    return StandIn("Comm", (MPI.Comm,), {
+        "_mpinb_stands_in": True, "_mpinb_plain": MPI.Comm, "Get_parent": _GetParent(twin),
+        "__module__": "mpi4py.MPI", "__doc__": MPI.Comm.__doc__,
+    })
+
+
+def start(spec: dict) -> None:
+    """Trace this process (collective with its parents: they wait for the private copy)."""
+    from mpi4py import MPI
+
+    from . import _calls
+
+    _calls.lane_base = spec["base"]  # before any of mpinb's code counts world ranks
+    from . import _intercomms, _spawn, _tracing
+
+    parent = _tracing.install_spawned(spec)
+    rank = MPI.COMM_WORLD.Get_rank()
+
+    def leave() -> None:
+        _spawn.leave_recording(spec["folder"], rank)
+
+    _intercomms.before_disconnect[parent._mpinb_id] = leave
+    atexit.register(leave)  # after the program, before mpi4py finalizes MPI (registered earlier)
+    MPI.Comm = _stand_in_comm(parent)  # type: ignore[misc,assignment]  # on purpose, as for MPI.Request
+
+
+def run(program: list[str]) -> None:
+    """Run ``program`` (what followed Python's options) as ``python`` runs it, as ``__main__``."""
+    if program[0] == "-m":
+        sys.argv = [program[1], *program[2:]]
+        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+    elif program[0] == "-c":
+        sys.argv = ["-c", *program[2:]]
+        sys.path[0] = ""
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        exec(compile(program[1], "<string>", "exec"), namespace)  # what python -c does
+    else:
+        if not os.path.exists(program[0]):  # as python says it
+            print(f"{sys.executable}: can't open file {os.path.abspath(program[0])!r}: "
+                  "[Errno 2] No such file or directory", file=sys.stderr)
+            raise SystemExit(2)
+        sys.argv = list(program)
+        sys.path[0] = os.path.dirname(os.path.abspath(program[0]))
+        runpy.run_path(program[0], run_name="__main__")
+
+
+def main(argv: list[str]) -> None:
+    spec = json.loads(argv[0])
+    if argv[1:2] != ["--"] or not argv[2:]:
+        raise SystemExit(f"usage: python -m {__spec__.name if __spec__ else 'mpinb.rank._spawned'} SPEC -- program")
+    start(spec)
+    run(argv[2:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
