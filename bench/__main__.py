@@ -13,6 +13,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import ipyparallel as ipp
@@ -174,6 +175,33 @@ def added_target_us(untraced_us: float) -> float:
     return max(ADDED_FLOOR_US, ADDED_SHARE * untraced_us)
 
 
+SPAWNED_CHILD = ("from mpi4py import MPI\nparent = MPI.Comm.Get_parent()\nparent.send(1, dest=0)\n"
+                 "parent.Disconnect()\n")
+
+
+def _spawn_ms(pool: mpinb.Pool, repeats: int = 5) -> tuple[list[float], list[float]]:
+    """Rank 0 spawns 2 Python children, takes a message from each and disconnects, traced and
+    untraced alternated: what the bootstrap that traces a spawned program costs (the children
+    import mpinb's tracer before the program starts)."""
+    with tempfile.TemporaryDirectory(prefix="mpinb-bench-") as folder:
+        child = os.path.join(folder, "child.py")
+        with open(child, "w") as file:
+            file.write(SPAWNED_CHILD)
+        cell = ("import sys, time\nstart = time.perf_counter()\nif rank == 0:\n"
+                f"    inter = MPI.COMM_SELF.Spawn(sys.executable, args=[{child!r}], maxprocs=2)\n"
+                "    [inter.recv(source=c) for c in range(2)]\n    inter.Disconnect()\n"
+                "(time.perf_counter() - start) * 1e3")
+        pool.run(cell, trace=True)  # (the first spawn also starts MPI's own machinery for it)
+        on, off = [], []
+        for _ in range(repeats):
+            traced = pool.run(cell, trace=True)
+            if traced.trace is None or not traced.trace.spawned:
+                raise RuntimeError("the traced spawn recorded no child: its figure is not traced")
+            on.append(traced.value[0])
+            off.append(pool.run(cell, trace=False).value[0])
+    return on, off
+
+
 def tracing_cost() -> list[tuple]:
     """Tracing on vs off on 2 ranks (one per core, so that oversubscription noise stays out),
     in a cell and through run_file (where each run imports the kernels anew, as mpiexec does)."""
@@ -197,6 +225,10 @@ def tracing_cost() -> list[tuple]:
                                      ("allreduce_1mb_ms", "1 MB Allreduce, {how} (ms)", False)):
                 rows.append((f"traced {label.format(how=how)}", _median(on, key), "tracing off", _median(off, key),
                              _paired(on, off, key, rate)))
+        on_ms, off_ms = _spawn_ms(pool)
+        rows.append(("traced Spawn of 2 children, a message each, Disconnect, cell (ms)", statistics.median(on_ms),
+                     "tracing off", statistics.median(off_ms),
+                     statistics.median(b / a for a, b in zip(on_ms, off_ms))))
     # Two ranks per core: a traced wait that spun without yielding once made this 100x slower.
     crowd = 2 * (os.cpu_count() or 1)
     with mpinb.Pool(crowd) as pool:
