@@ -494,6 +494,28 @@ def test_a_python_command_line_splits_into_pythons_options_and_the_program():
         assert python_program(unreadable) is None, unreadable
 
 
+def test_a_spawned_program_runs_as_python_runs_it(tmp_path):
+    """What the bootstrap of a spawned program runs (script, -m module, -c code) sees what it
+    would under ``python`` itself: its name, argv, path, and a ``__main__`` its classes pickle in."""
+    import subprocess
+
+    probe = ("import sys, pickle, json, os\n"
+             "class Thing: pass\n"
+             "print(json.dumps([__name__, [os.path.basename(a) for a in sys.argv], os.path.basename(sys.path[0]),\n"
+             "                  type(pickle.loads(pickle.dumps(Thing()))).__name__]))\n")
+    (tmp_path / "probe.py").write_text(probe)
+    bootstrap = "import sys\nfrom mpinb.rank._spawned import run\nrun(sys.argv[1:])"
+    for program in (["probe.py", "x", "-y"], ["-m", "probe", "z"], ["-c", probe, "w"]):
+        plain = subprocess.run([sys.executable, *program], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        booted = subprocess.run([sys.executable, "-c", bootstrap, *program], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=30)
+        assert plain.returncode == 0, plain.stderr
+        assert (booted.returncode, booted.stdout) == (0, plain.stdout), (program, booted.stderr)
+    missing = subprocess.run([sys.executable, "-c", bootstrap, "gone.py"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=30)
+    assert missing.returncode == 2 and "can't open file" in missing.stderr and "gone.py" in missing.stderr
+
+
 # -- results ---------------------------------------------------------------------------------------
 
 def _failure(kind: str) -> RankFailure:

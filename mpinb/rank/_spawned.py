@@ -11,10 +11,12 @@ its recording is left when it disconnects from its parents or, failing that, whe
 from __future__ import annotations
 
 import atexit
+import builtins
 import json
 import os
 import runpy
 import sys
+import types
 from typing import Any
 
 # Python's options that take a value in the next argument; the others are letters after one "-"
@@ -88,23 +90,32 @@ def start(spec: dict) -> None:
 
 
 def run(program: list[str]) -> None:
-    """Run ``program`` (what followed Python's options) as ``python`` runs it, as ``__main__``."""
+    """Run ``program`` (what followed Python's options) as ``python`` runs it: in a ``__main__``
+    module of its own, which stays after it (as for atexit handlers and pickles of its classes)."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
     if program[0] == "-m":
         sys.argv = [program[1], *program[2:]]
-        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+        sys.path[0] = os.getcwd()
+        runpy._run_module_as_main(program[1], alter_argv=True)  # type: ignore[attr-defined]  # python -m's own
     elif program[0] == "-c":
         sys.argv = ["-c", *program[2:]]
         sys.path[0] = ""
-        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        exec(compile(program[1], "<string>", "exec"), namespace)  # what python -c does
+        exec(compile(program[1], "<string>", "exec"), main.__dict__)  # what python -c does
     else:
-        if not os.path.exists(program[0]):  # as python says it
-            print(f"{sys.executable}: can't open file {os.path.abspath(program[0])!r}: "
-                  "[Errno 2] No such file or directory", file=sys.stderr)
-            raise SystemExit(2)
+        path = program[0]
+        try:
+            with open(path, "rb") as file:
+                source = file.read()
+        except OSError as err:  # as python says it
+            print(f"{sys.executable}: can't open file {os.path.abspath(path)!r}: [Errno {err.errno}] "
+                  f"{err.strerror}", file=sys.stderr)
+            raise SystemExit(2) from None
         sys.argv = list(program)
-        sys.path[0] = os.path.dirname(os.path.abspath(program[0]))
-        runpy.run_path(program[0], run_name="__main__")
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+        main.__file__ = path
+        exec(compile(source, path, "exec"), main.__dict__)
 
 
 def main(argv: list[str]) -> None:
