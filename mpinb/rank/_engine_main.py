@@ -112,6 +112,8 @@ def _exit(code: object) -> None:
         except (OSError, ValueError):
             pass
     try:
+        if (spawns := sys.modules.get("mpinb.rank._spawn")) is not None:
+            spawns.remove_folders()  # of spawns whose run never ended (the pool stopped during it)
         from mpinb._leftovers import remove_own_segments  # (the pool removes them too, if no rank got here)
 
         remove_own_segments()

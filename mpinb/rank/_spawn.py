@@ -171,6 +171,13 @@ def collect(recording: Recording) -> None:
         recording["spawned_running"] = running
 
 
+def remove_folders() -> None:
+    """The folders of this run's spawns, as the process ends before the run does."""
+    for _, folder, _, _ in _pending:
+        shutil.rmtree(folder, ignore_errors=True)
+    _pending.clear()
+
+
 def leave_recording(folder: str, rank: int) -> None:
     """In a spawned process: stop recording, and leave the recording where the root reads it
     (nothing if the root has already ended its run and removed the folder)."""
