@@ -78,3 +78,42 @@ def test_a_receive_between_groups_that_nobody_sends_names_the_world_rank(pool4):
     diagnosis = info.value.diagnosis
     assert list(diagnosis.waits) == [3] and diagnosis.waits[3]["peer"] == 0
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
+
+
+def test_collectives_between_two_groups_are_recorded_over_both_with_mpis_results(pool4):
+    # world ranks 0, 2 form group A, 1, 3 group B; A's rank 0 (world 0) is the root
+    res = pool4.run(
+        "import numpy as np\n" + HALVES +
+        "a = rank % 2 == 0\n"
+        "root = (MPI.ROOT if half.Get_rank() == 0 else MPI.PROC_NULL) if a else 0\n"
+        "word = inter.bcast('hello' if a else None, root=root)\n"
+        "buf = np.arange(3.0) if a else np.zeros(3)\n"
+        "inter.Bcast(buf, root=root)\n"
+        "total = inter.allreduce(rank)\n"
+        "inter.Barrier()\n"
+        "request = inter.Ibarrier()\nrequest.Wait()\n"
+        "copy = inter.Dup()\n"
+        "copy.send(rank, dest=half.Get_rank()) if a else copy.recv(source=half.Get_rank())\n"
+        "copy.Free()\ninter.Free()\nhalf.Free()\n")
+    assert pool4.run("word, buf.sum(), total").value == {0: (None, 3.0, 4), 1: ("hello", 3.0, 2),
+                                                          2: (None, 3.0, 4), 3: ("hello", 3.0, 2)}
+    trace = res.trace
+    found = [c for c in trace.collectives() if c["comm"].startswith("inter")]
+    assert [c["op"] for c in found] == ["bcast", "Bcast", "allreduce", "Barrier", "Ibarrier", "Dup"]
+    assert all(sorted(c["ranks"]) == [0, 1, 2, 3] for c in found), "every member of both groups"
+    events = trace.events
+    bcast = events[events["op"] == "Bcast"]
+    moved = {int(e["rank"]): (int(e["sent"]), int(e["received"])) for e in bcast}
+    assert moved == {0: (24, 0), 1: (0, 24), 2: (0, 0), 3: (0, 24)}, "the root sends, the other group receives"
+    copied = {(m["source"], m["dest"], m["comm"]) for m in trace.messages()}
+    (copy,) = {comm for *_, comm in copied}
+    assert {(s, d) for s, d, _ in copied} == {(0, 1), (2, 3)} and copy == found[-1]["comm"] + ".0"
+
+
+def test_a_collective_between_groups_that_one_member_skips_is_diagnosed(pool4):
+    with pytest.raises(mpinb.DeadlockError) as info:
+        pool4.run(HALVES + "if rank != 3:\n    inter.allreduce(rank)\n", timeout=4)
+    diagnosis = info.value.diagnosis
+    assert sorted(diagnosis.waits) == [0, 1, 2] and diagnosis.finished == [3]
+    assert {s["op"] for s in diagnosis.waits.values()} == {"allreduce"}
+    assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}

@@ -400,19 +400,19 @@ BLOCKING_AFTER_AGREEMENT = _REDUCTIONS if ORDER_DIFFERS else frozenset()
 # mpi4py raises NotImplementedError there.
 _REVOCABLE = MPI.get_vendor()[0] == "Open MPI" and hasattr(MPI.Comm, "Revoke")
 
-_ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
+ROOTS_LOWER = {"barrier": None, "bcast": 1, "gather": 1, "scatter": 1, "allgather": None,
                 "alltoall": None, "reduce": 2, "allreduce": None, "scan": None, "exscan": None}
 ROOTS_UPPER = {"Barrier": None, "Bcast": 1, "Gather": 2, "Gatherv": 2, "Scatter": 2, "Scatterv": 2,
                 "Allgather": None, "Allgatherv": None, "Alltoall": None, "Alltoallv": None,
                 "Alltoallw": None, "Reduce": 3, "Allreduce": None, "Reduce_scatter": None,
                 "Reduce_scatter_block": None, "Scan": None, "Exscan": None}
 # the same codes on every rank; the uppercase collectives agree in verified runs (see ``signature``)
-_AGREED_CALLS = (*_ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
+_AGREED_CALLS = (*ROOTS_LOWER, *CART_DERIVING_CALLS, *sorted(_REDUCTIONS),
                  *sorted(set(ROOTS_UPPER) - _REDUCTIONS - set(_AGREED_AS)), *WINDOW_COLLECTIVES,
                  *NEIGHBORHOOD_COLLECTIVES, *FILE_COLLECTIVES, "Create_intercomm", "Spawn")
 _AGREED_CODES = {name: code for code, name in enumerate(_AGREED_CALLS)}
 COLLECTIVES = {
-    **{n: _collective(n, r, True, False) for n, r in _ROOTS_LOWER.items()},
+    **{n: _collective(n, r, True, False) for n, r in ROOTS_LOWER.items()},
     **{n: _collective(n, r, False, False) for n, r in ROOTS_UPPER.items()},
     **{"I" + n[0].lower() + n[1:]: _collective("I" + n[0].lower() + n[1:], r, False, True)
        for n, r in ROOTS_UPPER.items()},

@@ -15,7 +15,8 @@
   ``Ibarrier`` on the private copy first (a side that never disconnects is diagnosed), then frees
   the copy.
 - ``Spawn`` (see ``_spawn``) makes a traced intercommunicator to traced children.
-- Collectives on an intercommunicator (``MPI.ROOT`` semantics) pass through untraced.
+- Collectives on an intercommunicator (``MPI.ROOT`` semantics) are recorded over both groups;
+  the blocking ones wait for every member of both in a polled ``Ibarrier`` first.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from .._events import COLLECTIVE
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
 from . import _left
-from ._calls import PlainIntracomm, PlainRequest, call_site, describer, named, world_ranks
-from ._collectives import agree, epoch
+from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, world_ranks
+from ._collectives import ROOTS_LOWER, ROOTS_UPPER, agree, epoch
 from ._recorder import RECORDER as _rec
+from ._requests import TracedRequest
 from ._spawn import disconnected, spawn
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
@@ -40,7 +42,9 @@ from ._waiting import wait_request as _poll_request
 
 PlainIntercomm = MPI.Intercomm
 
-_made: dict[str, int] = {}  # an intercommunicator's two groups -> how many were made between them
+# an intercommunicator's two groups -> how many were made between them; an intercommunicator's
+# id -> how many were made from it (Merge, Dup)
+_made: dict[str, int] = {}
 _greetings: dict[tuple[int, int, int, int], int] = {}  # (epoch, leader, leader, tag) -> greetings so far
 _GREETINGS_PER_EPOCH = 2**20
 
@@ -105,10 +109,7 @@ def _waiting_for_leader(cid: str, leader: int, tag: int, where: tuple[str, int])
 def _merge(self, high: bool = False):
     where = call_site()
     start = _now()
-    if self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
-        # (a barrier broken off by an abort would pair with this one: then MPI's call alone)
-        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
-        _poll_request(request, None, describer(self, "Merge", "collective", None, -1, 0, where))
+    _all_here(self, "Merge", where)  # (not after an abort, whose broken-off barrier would pair with it)
     new = PlainIntercomm.Merge(self, high)
     if _rec.on:
         end = _now()
@@ -122,6 +123,30 @@ def _merge(self, high: bool = False):
     return twin
 
 
+def _all_here(self, name: str, where: tuple[str, int], root: int | None = None) -> None:
+    """Wait in a polled ``Ibarrier`` of both groups on the private copy (made in this epoch)."""
+    if self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
+        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
+        _poll_request(request, None, describer(self, name, "collective", None, -1, 0, where, root))
+
+
+def _dup(self, info=None):
+    where = call_site()
+    start = _now()
+    _all_here(self, "Dup", where)
+    new = PlainIntercomm.Dup(self) if info is None else PlainIntercomm.Dup(self, info)
+    cid = self._mpinb_id
+    if _rec.on:
+        end = _now()
+        _rec.add(("Dup", COLLECTIVE, cid, -1, -1, 0, 0, start, end, end, *where))
+    remote = _rec.remote.get(cid)
+    if remote is None:  # made around mpinb (Idup): its copy is known by its handle alone
+        return new
+    local = [rank for rank in _rec.comms[cid] if rank not in remote]
+    number = _made[cid] = _made.get(cid, -1) + 1
+    return traced_intercomm(new, f"{cid}.{number}", local, remote, where, "Dup")
+
+
 def _disconnect(self) -> None:
     where = call_site()
     start = _now()
@@ -131,10 +156,8 @@ def _disconnect(self) -> None:
             end = _now()
             _rec.add(("Disconnect", COLLECTIVE, cid, -1, -1, 0, 0, start, end, end, *where))
         leave()
-    if DISCONNECT_WAITS and self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
-        # MPI's own call would wait for the other group: wait where an interrupt reaches
-        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
-        _poll_request(request, None, describer(self, "Disconnect", "collective", None, -1, 0, where))
+    if DISCONNECT_WAITS:  # MPI's own call would wait for the other group: wait where an interrupt reaches
+        _all_here(self, "Disconnect", where)
     if _rec.on:
         end = _now()
         _rec.add(("Disconnect", COLLECTIVE, cid, -1, -1, 0, 0, start, end, end, *where))
@@ -142,6 +165,48 @@ def _disconnect(self) -> None:
     disconnected(cid)
     PlainIntercomm.Disconnect(self)
 
+
+def _between_groups(name: str, root_at: int | None):
+    """A collective over both groups (``MPI.ROOT`` semantics), recorded. The blocking forms wait
+    first in a polled ``Ibarrier`` of both groups on the private copy (every member of both
+    takes part in each of them), then make MPI's own call: a member that never comes is
+    diagnosed and the stop button reaches the others, and results are MPI's to the bit."""
+    base = getattr(PlainIntercomm, name)
+    nonblocking = name[0] == "I"
+    lowercase = name[0].islower()
+    bcast = name.lower().lstrip("i") == "bcast"
+
+    def method(self, *args, **kwargs):
+        where = call_site()
+        start = _now()
+        root = -1 if root_at is None else arg(args, kwargs, root_at, "root", 0)
+        if not nonblocking:
+            _all_here(self, name, where, root if root >= 0 else None)
+        result = base(self, *args, **kwargs)
+        if not _rec.on:
+            return result
+        end = _now()
+        sent = received = 0
+        if not lowercase and root != MPI.PROC_NULL:  # (a member of the root's group that is not the root)
+            if bcast:
+                size = nbytes(arg(args, kwargs, 0, "buf"))
+                sent, received = (size, 0) if root == MPI.ROOT else (0, size)
+            else:
+                sent, received = nbytes(arg(args, kwargs, 0, "sendbuf")), nbytes(arg(args, kwargs, 1, "recvbuf"))
+        if nonblocking:
+            event = [name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, NAN, end, *where]
+            _rec.add(event)
+            return TracedRequest._wrap(result, event)
+        _rec.add((name, COLLECTIVE, self._mpinb_id, root, -1, sent, received, start, end, end, *where))
+        return result
+
+    return named(method, base, "Intercomm")
+
+
+_ROOT_AT = {name: at for name, at in {**ROOTS_LOWER, **ROOTS_UPPER,
+                                       **{"I" + name[0].lower() + name[1:]: at for name, at in ROOTS_UPPER.items()}
+                                       }.items()
+            if hasattr(PlainIntercomm, name)}  # (no scans between two groups)
 
 # Open MPI's Disconnect returns once both groups have called it; MPICH's (and so Intel MPI's)
 # returns at once, and so does a traced one there.
@@ -152,4 +217,6 @@ before_disconnect: dict[str, Callable[[], None]] = {}
 INTRACOMM_METHODS = {"Create_intercomm": named(_create_intercomm, PlainIntracomm.Create_intercomm, "Intracomm"),
                      "Spawn": named(spawn, PlainIntracomm.Spawn, "Intracomm")}
 INTERCOMM_METHODS = {"Merge": named(_merge, PlainIntercomm.Merge, "Intercomm"),
-                     "Disconnect": named(_disconnect, PlainIntercomm.Disconnect, "Intercomm")}
+                     "Disconnect": named(_disconnect, PlainIntercomm.Disconnect, "Intercomm"),
+                     "Dup": named(_dup, PlainIntercomm.Dup, "Intercomm"),
+                     **{name: _between_groups(name, at) for name, at in _ROOT_AT.items()}}
