@@ -479,6 +479,7 @@ def test_spawned_processes_get_the_lanes_after_the_pools_ranks_in_every_list_of_
     assert sorted((m["source"], m["dest"]) for m in trace.messages()) == [(2, 0), (3, 0), (4, 1)]
     assert trace.comms[inter0] == [0, 2, 3] and trace.matrix("bytes")[4, 1] == 8
     assert trace.spawned_running == 1
+    assert repr(trace) == "<Trace 6 MPI calls on 2 ranks and 3 spawned processes>"
     alone = Trace({0: recording([], {"world": [0]}, spawned={second: recording([], {})})}, world_size=1)
     assert alone.lane_names() == ["rank 0", "child 0"]
 

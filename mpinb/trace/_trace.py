@@ -138,7 +138,8 @@ class Trace:
 
     def __repr__(self) -> str:
         dropped = f", {sum(self.dropped.values())} dropped" if self.dropped else ""
-        return f"<Trace {len(self.events)} MPI calls on {len(self.ranks)} ranks{dropped}>"
+        spawned = f" and {len(self.spawned)} spawned processes" if self.spawned else ""
+        return f"<Trace {len(self.events)} MPI calls on {len(self.ranks) - len(self.spawned)} ranks{spawned}{dropped}>"
 
     # -- views of the data ----------------------------------------------------------------------
 
