@@ -94,6 +94,9 @@ def test_a_spawn_by_every_rank_of_a_communicator_gives_its_children_to_all_of_th
     child.write_text("from mpi4py import MPI\nparent = MPI.Comm.Get_parent()\n"
                      "for r in range(parent.Get_remote_size()):\n"
                      "    parent.send(MPI.COMM_WORLD.Get_rank(), dest=r)\nparent.Disconnect()\n")
+    # after an aborted run (rank 0 raised while the others waited), in a fresh world
+    aborted = pool4.run("if rank == 0:\n    raise ValueError('on purpose')\ncomm.Barrier()\n", check=False, timeout=60)
+    assert aborted.released, "the other ranks were released from the Barrier"
     res = pool4.run(f"import sys\ninter = comm.Spawn(sys.executable, args=[{str(child)!r}], maxprocs=2, root=1)\n"
                     "got = sorted(inter.recv(source=s) for s in range(2))\ninter.Disconnect()\ngot", timeout=90)
     assert res.value == {r: [0, 1] for r in range(4)}

@@ -36,7 +36,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE
 from .._protocol import Recording
 from ._calls import PlainIntracomm, call_site, named, world_ranks
-from ._collectives import agree, epoch
+from ._collectives import agree, epoch, pickled_collective
 from ._recorder import RECORDER as _rec
 from ._spawned import python_program
 from ._waiting import abandon as _abandon
@@ -85,16 +85,13 @@ def spawn(self, command, args=None, maxprocs: int = 1, info=MPI.INFO_NULL, root:
     """``Spawn`` on a traced communicator, or on ``MPI.COMM_SELF`` while recording."""
     where = call_site()
     start = _now()
-    shadow = getattr(self, "_mpinb_shadow", None)
     size = self.Get_size()
     if size > 1:
         agree(self, "Spawn", root, where)
-    # the other members learn the plan from the root, on the private copy, while it is in step
-    shares = size == 1 or (shadow is not None and self._mpinb_made_in == epoch())
     cid, me = getattr(self, "_mpinb_id", None) or _self_id(), self.Get_rank()
     parents = _rec.comms.get(cid) or world_ranks(self.Get_group())
     plan = None
-    if _rec.on and shares and me == root:
+    if _rec.on and me == root:
         plan = _plan(command, args, parents[root], parents)
     try:
         new = _PLAIN_SPAWN(self, command, plan["argv"] if plan else args, maxprocs, info, root, errcodes)
@@ -102,8 +99,8 @@ def spawn(self, command, args=None, maxprocs: int = 1, info=MPI.INFO_NULL, root:
         if plan is not None:
             shutil.rmtree(plan["folder"], ignore_errors=True)
         raise
-    if size > 1 and shadow is not None and shares:
-        plan = PlainIntracomm.bcast(shadow, plan, root)
+    if size > 1:  # the other members learn the root's plan as a traced bcast's are told theirs
+        plan, _, _ = pickled_collective(self, "bcast", (plan,), {"root": root}, where, root)
     if _rec.on:
         end = _now()
         _rec.add(("Spawn", COLLECTIVE, cid, root, -1, 0, 0, start, end, end, *where))
