@@ -124,10 +124,14 @@ def _merge(self, high: bool = False):
 
 
 def _all_here(self, name: str, where: tuple[str, int], root: int | None = None) -> None:
-    """Wait in a polled ``Ibarrier`` of both groups on the private copy (made in this epoch)."""
+    """Wait, polled, until every member of both groups is here, on the private copy (made in
+    this epoch). A barrier between two groups lets a member go once the *other* group has come
+    (Open MPI's does), so it takes two: the second is complete only once the other group has
+    left the first, which it left only once all of this group had come."""
     if self._mpinb_shadow is not None and self._mpinb_made_in == epoch():
-        request = PlainIntercomm.Ibarrier(self._mpinb_shadow)
-        _poll_request(request, None, describer(self, name, "collective", None, -1, 0, where, root))
+        describe = describer(self, name, "collective", None, -1, 0, where, root)
+        for _ in range(2):
+            _poll_request(PlainIntercomm.Ibarrier(self._mpinb_shadow), None, describe)
 
 
 def _dup(self, info=None):
