@@ -51,7 +51,9 @@ _spawns_made = 0  # on this rank, as a root: numbers its spawns
 # This run's spawns rooted here: (intercommunicator, folder, first provisional lane, how many processes)
 _pending: list[tuple[str, str, int, int]] = []
 _disconnected: set[str] = set()  # intercommunicators this side has disconnected from
-LATE_CHILD = 2.0
+LATE_CHILD = 2.0  # seconds, at the end of a run, for children of a spawn disconnected from
+
+
 def _this_python(command: Any) -> bool:
     if not isinstance(command, str):
         return False

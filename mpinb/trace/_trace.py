@@ -50,7 +50,7 @@ class Trace:
         self.world_size = world_size
         # processes spawned in the run, each a lane after the pool's ranks: lane -> who it is
         self.spawned: dict[int, Spawned]
-        # their processes still connected to their parents when the run ended (not recorded)
+        # spawned processes that had left no recording when the run ended (not drawn)
         self.spawned_running = sum(data.get("spawned_running", 0) for data in per_rank.values())
         pool = set(per_rank)
         per_rank, self.spawned = with_spawned(per_rank, world_size)
