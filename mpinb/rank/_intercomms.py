@@ -172,9 +172,9 @@ def _disconnect(self) -> None:
 
 def _between_groups(name: str, root_at: int | None):
     """A collective over both groups (``MPI.ROOT`` semantics), recorded. The blocking forms wait
-    first in a polled ``Ibarrier`` of both groups on the private copy (every member of both
-    takes part in each of them), then make MPI's own call: a member that never comes is
-    diagnosed and the stop button reaches the others, and results are MPI's to the bit."""
+    first until every member of both groups is here (``_all_here``: every member of both takes
+    part in each of them), then make MPI's own call: a member that never comes is diagnosed and
+    the stop button reaches the others, and results are MPI's to the bit."""
     base = getattr(PlainIntercomm, name)
     nonblocking = name[0] == "I"
     lowercase = name[0].islower()
