@@ -33,6 +33,11 @@ WINDOW_COLLECTIVES = ("Fence", "Win.Free", "Win.Create", "Win.Allocate", "Win.Al
 REDUCTION_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC",
                  "REPLACE", "NO_OP")
 
+# Lanes of spawned processes until the trace numbers them after the pool's ranks: the k-th spawn
+# rooted at world rank r counts from PROVISIONAL * (r + 1) + PER_SPAWN * k (see mpinb.rank._spawn,
+# mpinb.trace._spawned).
+PROVISIONAL, PER_SPAWN = 10**6, 10**3
+
 FIELDS = (
     "op",        # mpi4py method name: "send", "Recv", "allreduce", "Wait", ...
     "kind",      # one of the constants above

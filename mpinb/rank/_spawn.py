@@ -21,6 +21,8 @@ disconnected from a moment (``LATE_CHILD``) at the end of the run.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import pickle
@@ -33,7 +35,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE
+from .._events import COLLECTIVE, PER_SPAWN, PROVISIONAL
 from .._protocol import Recording
 from ._calls import PlainIntracomm, call_site, named, world_ranks
 from ._collectives import agree, epoch, pickled_collective
@@ -42,7 +44,6 @@ from ._spawned import python_program
 from ._waiting import abandon as _abandon
 from ._waiting import wait_request as _poll_request
 
-PROVISIONAL, PER_SPAWN = 10**6, 10**3
 PlainIntercomm = MPI.Intercomm
 PlainSelf = MPI.COMM_SELF
 BOOTSTRAP = "mpinb.rank._spawned"
@@ -91,7 +92,7 @@ def spawn(self, command, args=None, maxprocs: int = 1, info=MPI.INFO_NULL, root:
     if size > 1:
         agree(self, "Spawn", root, where)
     cid, me = getattr(self, "_mpinb_id", None) or _self_id(), self.Get_rank()
-    parents = _rec.comms.get(cid) or world_ranks(self.Get_group())
+    parents = _rec.comms[cid]  # (registered with the id: every twin's, and COMM_SELF's by _self_id)
     plan = None
     if _rec.on and me == root:
         plan = _plan(command, args, parents[root], parents)
@@ -222,11 +223,10 @@ def trace_spawns(on: bool) -> None:
     mpi4py's own class, which a user may compare with ``type(MPI.COMM_SELF)``), and its class is
     read-only, so the method goes into the dict behind that class's read-only view (its other
     objects, and subclasses with a ``Spawn`` of their own, call mpi4py's as before)."""
-    import ctypes
-    import gc
-
-    (namespace,) = gc.get_referents(PlainIntracomm.__dict__)
     method = _TRACED_SPAWN if on else _PLAIN_SPAWN
-    if namespace["Spawn"] is not method:
-        namespace["Spawn"] = method
+    if _INTRACOMM_METHODS["Spawn"] is not method:
+        _INTRACOMM_METHODS["Spawn"] = method
         ctypes.pythonapi.PyType_Modified(ctypes.py_object(PlainIntracomm))
+
+
+(_INTRACOMM_METHODS,) = gc.get_referents(PlainIntracomm.__dict__)  # the dict behind the read-only view

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
+from .._events import PER_SPAWN, PROVISIONAL
 from .._language import say
 from .._protocol import Recording
-
-PROVISIONAL, PER_SPAWN = 10**6, 10**3  # as mpinb.rank._spawn numbers them
 
 
 class Spawned(TypedDict):
