@@ -31,7 +31,7 @@ IMPI_TESTS := tests/test_lifecycle.py tests/test_pool.py tests/test_run_file.py 
 	tests/test_trace.py tests/test_mpi4py_suite.py \
 	tests/test_rma.py tests/test_neighbors.py tests/test_persistent.py tests/test_files.py tests/test_intercomms.py
 
-.PHONY: install lab test test-core lint docs bench dist system clean
+.PHONY: install lab test test-core lint docs bench dist system fonts clean
 
 install: $(STAMP)
 
@@ -44,18 +44,30 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.
-lab: install
+lab: install fonts
 	$(BIN)/mpinb kernel install --sys-prefix
 	$(BIN)/mpinb lab
+
+# The Chinese tutorials' plots draw Chinese with a CJK font (mpinb/notebook/_fonts.py): Debian's
+# fonts-noto-cjk where apt is; elsewhere, the notebook says what to install.
+fonts:
+	@fc-list :lang=zh 2>/dev/null | grep -q . || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq fonts-noto-cjk >/dev/null; \
+	  fi; }
 
 # What the tests need from Debian: chromium for the browser tests (Playwright cannot download
 # browsers here), slurm-wlm for real Slurm clusters, and libpmix-dev, the PMIx library that
 # Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks, gcc, which the MPI
 # wheels' mpicc calls to build the C tracer (mpinb/_native.py), and npm, which brings the
-# TypeScript that `make lint` checks the widgets with. One apt-get update, once.
+# TypeScript that `make lint` checks the widgets with, and fonts-noto-cjk, the Chinese font that
+# the Chinese tutorials' plots, the docs site and the browser's screenshots draw Chinese with.
+# One apt-get update, once.
 system:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	ls /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc >/dev/null 2>&1 || missing="$$missing fonts-noto-cjk"; \
 	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm"; \
 	ls /usr/lib/*/libpmix.so >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \

@@ -196,6 +196,19 @@ def test_the_trace_view_speaks_the_notebooks_language(tmp_path, artifacts, exist
         assert "次 MPI 调用" in view.locator(".info").inner_text()
         assert "关键路径" in view.locator(".legend").inner_text()
         assert "负载不均衡" in view.locator(".loss").first.inner_text(), "the biggest loss, in Chinese"
+        # Without a CJK font every Chinese character is the same box: two that draw alike are boxes.
+        same = page.evaluate("""() => {
+            const drawn = (text) => {
+                const canvas = document.createElement("canvas");
+                canvas.width = 48; canvas.height = 32;
+                const context = canvas.getContext("2d");
+                context.font = "24px sans-serif";
+                context.fillText(text, 4, 26);
+                return Array.from(context.getImageData(0, 0, 48, 32).data).join(",");
+            };
+            return drawn("\u4e2d") === drawn("\u56fd");
+        }""")
+        assert not same, "the browser draws Chinese as boxes: it needs a CJK font (make system installs fonts-noto-cjk)"
         view.scroll_into_view_if_needed()
         page.screenshot(path=os.path.join(artifacts, "trace-zh.png"))
         view.locator(".tab[data-panel='summary']").click()

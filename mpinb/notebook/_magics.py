@@ -6,6 +6,7 @@ Usage errors raise IPython's ``UsageError`` with the usage text, so a typo never
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shlex
@@ -14,10 +15,12 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
+from .._language import language
 from .._ranges import parse_ranks, rank_count_in_text
 from ..errors import PoolStartError
 from ..pool import Pool, default_size
 from . import _session as session
+from ._fonts import use_a_cjk_font
 
 SUBCOMMANDS = ("start", "stop", "restart", "status", "run", "push", "pull", "trace", "compare", "stacks", "debug",
                "inspect", "export")
@@ -456,10 +459,13 @@ def set_autompi(shell, enable: bool) -> None:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext mpinb``: the magics, and the notebook's pool starting in the background
-    (``MPINB_PRESTART=0`` turns that off; see ``_prestart``)."""
+    """``%load_ext mpinb``: the magics, the notebook's pool starting in the background
+    (``MPINB_PRESTART=0`` turns that off; see ``_prestart``), and in a Chinese notebook a font
+    that draws Chinese in plots."""
     ipython.register_magics(MPIMagics)
     session.prestart()
+    if language() == "zh" and importlib.util.find_spec("matplotlib") is not None:
+        use_a_cjk_font()
 
 
 def unload_ipython_extension(ipython) -> None:
