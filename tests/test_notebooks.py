@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import functools
 import glob
+import io
 import os
+import re
+import tokenize
 
 import nbformat
 import pytest
@@ -67,6 +70,10 @@ def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeyp
         monkeypatch.setenv("MPINB_VERIFY", "1")
         execute(nb, str(tmp_path))
     assert_findings_only_on_purpose(nb)
+    if chinese:  # matplotlib warns of each glyph its font lacks: a Chinese label drawn as boxes
+        said = "".join(out.get("text", "") for c in nb.cells for out in c.get("outputs", [])
+                       if out.get("name") == "stderr")
+        assert "missing from font" not in said and "need a font with Chinese" not in said, said[-500:]
     # Each exercise's stub is not written yet: its check says so, in the notebook's language.
     checks = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("mpinb.check(")]
     said = [o.get("data", {}).get("text/plain", "") for c in checks for o in c.get("outputs", [])]
@@ -110,7 +117,8 @@ def _newest_in_mpinb() -> float:
 
 
 def test_every_tutorial_has_a_chinese_twin_with_the_same_code():
-    """The translations cannot drift: same cells in the same order, code identical, prose in Chinese."""
+    """The translations cannot drift: same cells in the same order, the same code (its comments and
+    its display text aside, which the Chinese twin may translate), prose in Chinese."""
     assert [os.path.basename(p) for p in CHINESE] == [os.path.basename(p) for p in ENGLISH]
     for english, chinese in zip(ENGLISH, CHINESE):
         en, zh = nbformat.read(english, as_version=4), nbformat.read(chinese, as_version=4)
@@ -118,9 +126,53 @@ def test_every_tutorial_has_a_chinese_twin_with_the_same_code():
         assert [c.cell_type for c in zh.cells] == [c.cell_type for c in en.cells], name
         for i, (a, b) in enumerate(zip(en.cells, zh.cells)):
             if a.cell_type == "code":
-                assert b.source == a.source and b.get("metadata", {}) == a.get("metadata", {}), f"{name} cell {i}"
+                assert b.get("metadata", {}) == a.get("metadata", {}), f"{name} cell {i}"
+                assert code_without_its_text(b.source) == code_without_its_text(a.source, like=b.source), \
+                    f"{name} cell {i}: the code differs, not only its comments and display text"
             else:
-                assert any("\u4e00" <= ch <= "\u9fff" for ch in b.source), f"{name} cell {i} is not translated"
+                assert chinese_in(b.source), f"{name} cell {i} is not translated"
+
+
+def chinese_in(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def code_without_its_text(source: str, like: str | None = None) -> list[str]:
+    """The tokens of a cell without its comments, and with each string that the Chinese twin
+    translates (``like``: its string tokens that hold Chinese, at the same places) reduced to the
+    replacement fields it formats, so that only code can differ."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type not in (tokenize.COMMENT, tokenize.NL)]
+    if like is None:
+        translated = [t.type == tokenize.STRING and chinese_in(t.string) for t in tokens]
+    else:
+        twins = [t for t in tokenize.generate_tokens(io.StringIO(like).readline)
+                 if t.type not in (tokenize.COMMENT, tokenize.NL)]
+        translated = [t.type == tokenize.STRING and chinese_in(t.string) for t in twins]
+        translated += [False] * (len(tokens) - len(translated))
+    return [f"text {re.findall(r'{[^{}]*}', t.string)}" if display and t.type == tokenize.STRING else t.string
+            for t, display in zip(tokens, translated)]
+
+
+GOALS = {"en": ("> **What you will be able to do**", "> **Prerequisites:**"),
+         "zh": ("> **学完本篇，你将能够：**", "> **先修：**")}
+TAKEAWAYS = {"en": "## Takeaways", "zh": "## 要点回顾"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.relpath(p, HERE) for p in NOTEBOOKS])
+def test_every_tutorial_opens_with_its_goals_and_ends_with_its_takeaways(path):
+    """A learner sees first what the notebook will teach and what it assumes, and last what to keep."""
+    cells = nbformat.read(path, as_version=4).cells
+    language = "zh" if path in CHINESE else "en"
+    goals, needs = GOALS[language]
+    assert cells[0].source.startswith("# "), "the title comes first"
+    box = cells[1]
+    assert box.cell_type == "markdown" and box.source.startswith(goals) and needs in box.source, \
+        f"the second cell is the goals box: {goals} ... {needs}"
+    assert box.source.count("\n> - ") >= 2, "at least two goals"
+    last = cells[-1]
+    assert last.cell_type == "markdown" and last.source.startswith(TAKEAWAYS[language]), "the last cell sums up"
+    assert last.source.count("\n- ") >= 2, "at least two takeaways"
 
 
 def assert_readable_without_widgets(nb: nbformat.NotebookNode) -> None:
@@ -143,3 +195,12 @@ def test_kernel_shutdown_stops_a_pool_left_running(tmp_path, existing_pools):
     execute(nb, str(tmp_path), timeout=120)
     assert "[1] 1" in outputs_text(nb)
     assert not wait_until_gone(10, existing_pools)
+
+
+def test_the_twin_check_sets_aside_comments_and_translated_text_but_not_code():
+    en = 'x = 1  # one\nprint(f"rank {rank} got {x}")\nplt.title("loss")\nkey = "loss"\n'
+    zh = 'x = 1  # 一\n# 另一行注释\nprint(f"rank {rank} 收到 {x}")\nplt.title("损失")\nkey = "loss"\n'
+    assert code_without_its_text(zh) == code_without_its_text(en, like=zh)
+    assert code_without_its_text(zh.replace("x = 1", "x = 2")) != code_without_its_text(en, like=zh)
+    assert code_without_its_text(zh.replace("{x}", "{y}")) != code_without_its_text(en, like=zh)
+    assert code_without_its_text(zh.replace('key = "loss"', 'key = "lost"')) != code_without_its_text(en, like=zh)
