@@ -330,6 +330,24 @@ ZH: dict[str, str] = {
         "  inspect E   在每个停下的 rank 上计算 E，并排比较\n"
         "  detach      继续运行，并且本次运行中 breakpoint() 不再停下\n"
         "  q           结束本次运行（同停止按钮）",
+    # -- the exercise of 13-one-sided
+    "rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers (ints) it took.":
+        "rank {rank} 返回了 {got}；fetch_tickets 应当返回它取到的票号（整数）列表。",
+    "tickets {tickets} were taken by more than one rank: reading the counter and writing it back are two steps, "
+    "and another rank can come in between. Fetch_and_op reads and adds in one atomic step.":
+        "票号 {tickets} 被不止一个 rank 取走了：读出计数器再写回去是两步，另一个 rank 可能插在中间。"
+        "Fetch_and_op 在一个原子步骤里完成读取和相加。",
+    "the ranks took tickets {taken}; together they should take each of 0..{last} once (missing: {missing}, beyond "
+    "the tasks: {extra}). Keep fetching until a ticket is tasks or more, and do not keep that one.":
+        "各 rank 取到的票号是 {taken}；它们合起来应当把 0..{last} 各取一次（缺少：{missing}，超出任务数：{extra}）。"
+        "一直取，直到取到的票号大于或等于任务数为止，而且不要保留这一张。",
+    "point-to-point messages were sent; a counter in a window needs none: each rank updates it with Fetch_and_op, "
+    "and rank 0 calls nothing.":
+        "发送了点对点消息；窗口中的计数器不需要任何消息：每个 rank 用 Fetch_and_op 更新它，rank 0 什么也不用调用。",
+    "take each ticket with Fetch_and_op (inside Lock and Unlock of rank 0's window): it returns the counter and "
+    "adds one to it in one atomic step.":
+        "用 Fetch_and_op 取每一张票（在 rank 0 窗口的 Lock 和 Unlock 之间）："
+        "它在一个原子步骤里返回计数器的值并把它加一。",
     # -- the exercise of 12-debugging
     "every rank returned the mean of the ranks' means: the blocks differ in size, so each rank's mean must weigh "
     "as many items as it has. Add up the sums and the counts, then divide.":

@@ -80,6 +80,23 @@ WRONG = {
         "    comm.Allreduce(grad, total)\n    return params - lr * total",
         "Reduce_scatter the gradient",
     ),
+    "fetch_tickets": (
+        "def fetch_tickets(window, tasks):\n"
+        "    import time\n"
+        "    taken, ticket = [], np.empty(1, dtype=np.int64)\n"
+        "    while True:\n"
+        "        window.Lock(0)\n"
+        "        window.Get(ticket, 0)\n"
+        "        window.Unlock(0)\n"
+        "        if ticket[0] >= tasks:\n"
+        "            return taken\n"
+        "        taken.append(int(ticket[0]))\n"
+        "        time.sleep(0.001)\n"
+        "        window.Lock(0)\n"
+        "        window.Put(ticket + 1, 0)\n"
+        "        window.Unlock(0)",
+        "were taken by more than one rank",
+    ),
 }
 
 

@@ -459,6 +459,57 @@ ZERO_STEP = Exercise(
     _verify_zero, _pattern_zero)
 
 
+# -- 13 one-sided -------------------------------------------------------------------------------
+
+TICKETS = 30
+
+
+def _verify_fetch_tickets(answers, size):
+    taken: list[int] = []
+    for rank in sorted(answers):
+        got = answers[rank]
+        if not isinstance(got, list) or not all(isinstance(t, int) for t in got):
+            return [say("rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers "
+                        "(ints) it took.", rank=rank, got=_short(got))]
+        taken += got
+    twice = sorted({t for t in taken if taken.count(t) > 1})
+    if twice:
+        return [say("tickets {tickets} were taken by more than one rank: reading the counter and writing it back "
+                    "are two steps, and another rank can come in between. Fetch_and_op reads and adds in one "
+                    "atomic step.", tickets=_short(twice))]
+    if sorted(taken) != list(range(TICKETS)):
+        missing = sorted(set(range(TICKETS)) - set(taken))
+        extra = sorted(set(taken) - set(range(TICKETS)))
+        return [say("the ranks took tickets {taken}; together they should take each of 0..{last} once "
+                    "(missing: {missing}, beyond the tasks: {extra}). Keep fetching until a ticket is "
+                    "tasks or more, and do not keep that one.", taken=_short(sorted(taken)),
+                    last=TICKETS - 1, missing=_short(missing), extra=_short(extra))]
+    return []
+
+
+def _pattern_fetch_tickets(trace, size):
+    ops = {str(t["op"]) for t in trace.transfers()}
+    if trace.messages():
+        return ["point-to-point messages were sent; a counter in a window needs none: each rank updates it "
+                "with Fetch_and_op, and rank 0 calls nothing."]
+    if "Fetch_and_op" not in ops and "Get_accumulate" not in ops:
+        return ["take each ticket with Fetch_and_op (inside Lock and Unlock of rank 0's window): it returns "
+                "the counter and adds one to it in one atomic step."]
+    return []
+
+
+FETCH_TICKETS = Exercise(
+    "fetch_tickets", "fetch_tickets",
+    "_counter = np.zeros(1, dtype=np.int64)\n"
+    "_window = MPI.Win.Create(_counter, comm=comm)\n"
+    "try:\n"
+    f"    _taken = fetch_tickets(_window, {TICKETS})\n"
+    "finally:\n"
+    "    _window.Free()\n"
+    "[int(t) for t in _taken] if isinstance(_taken, (list, tuple)) else _taken",
+    _verify_fetch_tickets, _pattern_fetch_tickets)
+
+
 # -- 12 debugging ---------------------------------------------------------------------------------
 
 def _mean_blocks(size: int) -> list[np.ndarray]:
@@ -503,4 +554,4 @@ GLOBAL_MEAN = Exercise(
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
-    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN)}
+    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS)}
