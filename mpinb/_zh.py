@@ -330,6 +330,42 @@ ZH: dict[str, str] = {
         "  inspect E   在每个停下的 rank 上计算 E，并排比较\n"
         "  detach      继续运行，并且本次运行中 breakpoint() 不再停下\n"
         "  q           结束本次运行（同停止按钮）",
+    # -- the exercises added to 01, 02 and 04
+    "the received arrays have the wrong lengths: size each buffer from the probed Status "
+    "(np.empty(status.Get_count(MPI.DOUBLE))) before the Recv.":
+        "收到的数组长度不对：在 Recv 之前，按探测到的 Status 确定每个缓冲区的大小"
+        "（np.empty(status.Get_count(MPI.DOUBLE))）。",
+    "rank 0 returned {got} for probe_receive(size - 1); expected {want}.":
+        "对 probe_receive(size - 1)，rank 0 返回了 {got}；应当是 {want}。",
+    "rank 0 cannot know each message's size in advance: Probe it first (comm.Probe(source=MPI.ANY_SOURCE, tag=7, "
+    "status=status)), then size the buffer from status.Get_count(MPI.DOUBLE).":
+        "rank 0 事先无法知道每条消息的大小：先探测它（comm.Probe(source=MPI.ANY_SOURCE, tag=7, status=status)），"
+        "再按 status.Get_count(MPI.DOUBLE) 确定缓冲区的大小。",
+    "rank 0 took the messages in the order they were sent: a receive picks its message by source and tag, so "
+    "receive tag=2 first, then tag=1.":
+        "rank 0 按发送的顺序取了消息：接收按来源和标签挑选消息，所以先接收 tag=2，再接收 tag=1。",
+    "rank 0 returned {got} for urgent_first(); expected {want}.":
+        "对 urgent_first()，rank 0 返回了 {got}；应当是 {want}。",
+    "rank 0 returned {got} for gather_uneven(local); expected {want}.":
+        "对 gather_uneven(local)，rank 0 返回了 {got}；应当是 {want}。",
+    "move the arrays as buffers with comm.Gatherv: gather the counts first (comm.gather(len(local), root=0)), "
+    "then Gatherv(local, [whole, counts]) on the root into one array.":
+        "用 comm.Gatherv 以缓冲区的形式搬运数组：先收集各 rank 的个数（comm.gather(len(local), root=0)），"
+        "再在根进程上用 Gatherv(local, [whole, counts]) 收进一个数组。",
+    "every rank received more than its own offset; comm.exscan(count) gives each rank the sum of the counts "
+    "before it (None on rank 0, which starts at 0).":
+        "每个 rank 收到的不只是它自己的偏移；comm.exscan(count) 让每个 rank 得到它之前各 rank 个数之和"
+        "（rank 0 得到 None，它从 0 开始）。",
+    "let MPI arrange the grid: cart = comm.Create_cart(dims=[2, size // 2], periods=[True, True]), then "
+    "cart.Shift(0, 1) gives (up, down) and cart.Shift(1, 1) gives (left, right).":
+        "让 MPI 来排列网格：cart = comm.Create_cart(dims=[2, size // 2], periods=[True, True])，"
+        "然后 cart.Shift(0, 1) 给出 (上, 下)，cart.Shift(1, 1) 给出 (左, 右)。",
+    "the new ranks follow the old order: key orders the ranks inside a color, so key=-rank (or size - rank) puts "
+    "the highest old rank first.":
+        "新的进程号沿用了原来的顺序：key 决定同一 color 内各 rank 的顺序，所以 key=-rank（或 size - rank）"
+        "让原进程号最大的 rank 排在最前。",
+    "make the two groups with comm.Split(color=rank % 2, key=-rank), then reduce on the new communicator.":
+        "用 comm.Split(color=rank % 2, key=-rank) 分出两组，再在新的通信域上归约。",
     # -- the exercise of 13-one-sided
     "rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers (ints) it took.":
         "rank {rank} 返回了 {got}；fetch_tickets 应当返回它取到的票号（整数）列表。",

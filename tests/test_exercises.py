@@ -80,6 +80,36 @@ WRONG = {
         "    comm.Allreduce(grad, total)\n    return params - lr * total",
         "Reduce_scatter the gradient",
     ),
+    "probe_receive": (
+        "def probe_receive(count):\n    got, status = {}, MPI.Status()\n    for _ in range(count):\n"
+        "        buffer = np.empty(100)\n        comm.Recv(buffer, source=MPI.ANY_SOURCE, tag=7, status=status)\n"
+        "        got[status.Get_source()] = buffer\n    return got",
+        "the received arrays have the wrong lengths",
+    ),
+    "urgent_first": (
+        "def urgent_first():\n    return [comm.recv(source=1), comm.recv(source=1)]",
+        "in the order they were sent",
+    ),
+    "gather_uneven": (
+        "def gather_uneven(local):\n    parts = comm.gather(local, root=0)\n"
+        "    return np.concatenate(parts) if rank == 0 else None",
+        "comm.Gatherv",
+    ),
+    "my_offset": (
+        "def my_offset(count):\n    return sum(comm.allgather(count)[:rank])",
+        "comm.exscan(count)",
+    ),
+    "cart_neighbours": (
+        "def cart_neighbours():\n    cols = size // 2\n    row, col = divmod(rank, cols)\n"
+        "    return [((row - 1) % 2) * cols + col, ((row + 1) % 2) * cols + col,\n"
+        "            row * cols + (col - 1) % cols, row * cols + (col + 1) % cols]",
+        "comm.Create_cart",
+    ),
+    "split_reverse": (
+        "def split_reverse(value):\n    group = comm.Split(color=rank % 2, key=rank)\n"
+        "    return [group.Get_rank(), group.allreduce(value)]",
+        "the new ranks follow the old order",
+    ),
     "fetch_tickets": (
         "def fetch_tickets(window, tasks):\n"
         "    import time\n"

@@ -120,6 +120,57 @@ EXCHANGE = Exercise(
     ranks_multiple=2)
 
 
+def _ops_in(trace: Trace) -> set[str]:
+    return {str(op) for op in trace.events["op"]}
+
+
+def _verify_probe_receive(answers, size):
+    got = answers.get(0)
+    want = {r: [float(x) for x in np.arange(3.0 * r + 1)] for r in range(1, size)}
+    if got == want:
+        return []
+    if isinstance(got, dict) and sorted(got) == sorted(want) and any(len(got[r]) != len(want[r]) for r in want):
+        return ["the received arrays have the wrong lengths: size each buffer from the probed Status "
+                "(np.empty(status.Get_count(MPI.DOUBLE))) before the Recv."]
+    return [say("rank 0 returned {got} for probe_receive(size - 1); expected {want}.", got=_short(got),
+                want=_short(want))]
+
+
+def _pattern_probe_receive(trace, size):
+    if not any("probe" in op.lower() for op in _ops_in(trace)):
+        return ["rank 0 cannot know each message's size in advance: Probe it first (comm.Probe(source=MPI.ANY_SOURCE, "
+                "tag=7, status=status)), then size the buffer from status.Get_count(MPI.DOUBLE)."]
+    return []
+
+
+PROBE_RECEIVE = Exercise(
+    "probe_receive", "probe_receive",
+    "if rank:\n"
+    "    comm.Send(np.arange(3.0 * rank + 1), dest=0, tag=7)\n"
+    "_got = probe_receive(size - 1) if rank == 0 else None\n"
+    "None if _got is None else {int(k): [float(x) for x in np.asarray(v)] for k, v in dict(_got).items()}",
+    _verify_probe_receive, _pattern_probe_receive)
+
+
+def _verify_urgent_first(answers, size):
+    got = answers.get(0)
+    if got == ["urgent", "routine"]:
+        return []
+    if got == ["routine", "urgent"]:
+        return ["rank 0 took the messages in the order they were sent: a receive picks its message by source "
+                "and tag, so receive tag=2 first, then tag=1."]
+    return [say("rank 0 returned {got} for urgent_first(); expected {want}.", got=_short(got),
+                want=_short(["urgent", "routine"]))]
+
+
+URGENT_FIRST = Exercise(
+    "urgent_first", "urgent_first",
+    "if rank == 1:\n"
+    "    MPI.Request.waitall([comm.isend('routine', dest=0, tag=1), comm.isend('urgent', dest=0, tag=2)])\n"
+    "(list(urgent_first()) if rank == 0 else None)",
+    _verify_urgent_first)
+
+
 # -- 02 collectives ------------------------------------------------------------------------------
 
 _RING_CHUNK = 1000
@@ -162,6 +213,49 @@ RING_ALLREDUCE = Exercise(
     _verify_ring, _pattern_ring,
     hang_hint="the ring deadlocked: use comm.Sendrecv (send right, receive from the left in one call) "
               "at every step, so that no rank waits for a neighbour that is also waiting.")
+
+
+def _uneven_whole(size):
+    return [float(r) for r in range(size) for _ in range(r + 1)]
+
+
+def _verify_gather_uneven(answers, size):
+    got = answers.get(0)
+    if isinstance(got, list) and got == _uneven_whole(size):
+        return []
+    return [say("rank 0 returned {got} for gather_uneven(local); expected {want}.", got=_short(got),
+                want=_short(_uneven_whole(size)))]
+
+
+def _pattern_gather_uneven(trace, size):
+    ops = _collective_ops(trace)
+    if "Gatherv" not in ops:
+        return ["move the arrays as buffers with comm.Gatherv: gather the counts first (comm.gather(len(local), "
+                "root=0)), then Gatherv(local, [whole, counts]) on the root into one array."]
+    return []
+
+
+GATHER_UNEVEN = Exercise(
+    "gather_uneven", "gather_uneven",
+    "_got = gather_uneven(np.full(rank + 1, float(rank)))\n"
+    "[float(x) for x in np.asarray(_got)] if rank == 0 else None",
+    _verify_gather_uneven, _pattern_gather_uneven)
+
+
+def _verify_my_offset(answers, size):
+    return _compare(answers, lambda r: sum(3 * k + 1 for k in range(r)), "my_offset(3 * rank + 1)")
+
+
+def _pattern_my_offset(trace, size):
+    ops = {op.lower() for op in _collective_ops(trace)}
+    if "exscan" not in ops and "scan" not in ops:
+        return ["every rank received more than its own offset; comm.exscan(count) gives each rank the sum "
+                "of the counts before it (None on rank 0, which starts at 0)."]
+    return []
+
+
+MY_OFFSET = Exercise(
+    "my_offset", "my_offset", "my_offset(3 * rank + 1)", _verify_my_offset, _pattern_my_offset)
 
 
 # -- 03 nonblocking ------------------------------------------------------------------------------
@@ -227,6 +321,56 @@ def _pattern_grid(trace, size):
 GRID_SUMS = Exercise(
     "grid_sums", "grid_sums", "list(grid_sums(rank + 1, rows=2))",
     _verify_grid, _pattern_grid, min_ranks=4, ranks_multiple=2)
+
+
+def _cart_expected(rank, size):
+    cols = size // 2
+    row, col = divmod(rank, cols)
+    return [((row - 1) % 2) * cols + col, ((row + 1) % 2) * cols + col,
+            row * cols + (col - 1) % cols, row * cols + (col + 1) % cols]
+
+
+def _verify_cart_neighbours(answers, size):
+    return _compare(answers, lambda r: _cart_expected(r, size), "cart_neighbours()")
+
+
+def _pattern_cart_neighbours(trace, size):
+    if "Create_cart" not in _ops_in(trace):
+        return ["let MPI arrange the grid: cart = comm.Create_cart(dims=[2, size // 2], periods=[True, True]), "
+                "then cart.Shift(0, 1) gives (up, down) and cart.Shift(1, 1) gives (left, right)."]
+    return []
+
+
+CART_NEIGHBOURS = Exercise(
+    "cart_neighbours", "cart_neighbours", "[int(n) for n in cart_neighbours()]",
+    _verify_cart_neighbours, _pattern_cart_neighbours, min_ranks=4, ranks_multiple=2)
+
+
+def _verify_split_reverse(answers, size):
+    def group(rank):
+        return [r for r in range(size) if r % 2 == rank % 2]
+
+    def expected(rank):
+        return [group(rank)[::-1].index(rank), sum(10 * (r + 1) for r in group(rank))]
+
+    hints = _compare(answers, expected, "split_reverse(10 * (rank + 1))")
+    in_old_order = all(isinstance(a, list) and a[:1] == [group(r).index(r)] for r, a in answers.items())
+    if hints and in_old_order:
+        return ["the new ranks follow the old order: key orders the ranks inside a color, so key=-rank "
+                "(or size - rank) puts the highest old rank first."]
+    return hints
+
+
+def _pattern_split_reverse(trace, size):
+    if "Split" not in _ops_in(trace):
+        return ["make the two groups with comm.Split(color=rank % 2, key=-rank), then reduce on the new "
+                "communicator."]
+    return []
+
+
+SPLIT_REVERSE = Exercise(
+    "split_reverse", "split_reverse", "[int(x) for x in split_reverse(10 * (rank + 1))]",
+    _verify_split_reverse, _pattern_split_reverse, min_ranks=2)
 
 
 # -- 05 parallel algorithms ----------------------------------------------------------------------
@@ -459,6 +603,48 @@ ZERO_STEP = Exercise(
     _verify_zero, _pattern_zero)
 
 
+# -- 12 debugging ---------------------------------------------------------------------------------
+
+def _mean_blocks(size: int) -> list[np.ndarray]:
+    """Blocks of 7, 8, 9, ... items: uneven on purpose, as the remainder of a decomposition is."""
+    start, blocks = 0, []
+    for rank in range(size):
+        blocks.append(np.arange(start, start + 7 + rank, dtype=float) ** 2)
+        start += 7 + rank
+    return blocks
+
+
+def _verify_global_mean(answers, size):
+    blocks = _mean_blocks(size)
+    hints = _compare(answers, lambda r: float(np.concatenate(blocks).mean()), "global_mean(local)")
+    if hints and all(_equal(answer, float(np.mean([b.mean() for b in blocks]))) for answer in answers.values()):
+        return [say("every rank returned the mean of the ranks' means: the blocks differ in size, so each "
+                    "rank's mean must weigh as many items as it has. Add up the sums and the counts, then "
+                    "divide.")]
+    return hints
+
+
+def _pattern_global_mean(trace, size):
+    ops = _collective_ops(trace)
+    if any(op.lower().lstrip("i").startswith(("allgather", "gather")) for op in ops):
+        return ["the ranks gathered each other's values: one comm.allreduce of a (sum, count) pair gives every "
+                "rank both totals at once."]
+    if not ops and trace.messages():
+        return ["point-to-point messages were sent; one comm.allreduce of (sum, count) gives every rank the "
+                "total."]
+    if sum(ops.values()) > 1:
+        return [say("it calls {count} collectives ({ops}); one allreduce of a (sum, count) pair is enough.",
+                    count=sum(ops.values()), ops=", ".join(sorted(ops)))]
+    return []
+
+
+GLOBAL_MEAN = Exercise(
+    "global_mean", "global_mean",
+    "_start = sum(7 + r for r in range(rank))\n"
+    "float(global_mean(np.arange(_start, _start + 7 + rank, dtype=float) ** 2))",
+    _verify_global_mean, _pattern_global_mean)
+
+
 # -- 13 one-sided -------------------------------------------------------------------------------
 
 TICKETS = 30
@@ -509,49 +695,7 @@ FETCH_TICKETS = Exercise(
     "[int(t) for t in _taken] if isinstance(_taken, (list, tuple)) else _taken",
     _verify_fetch_tickets, _pattern_fetch_tickets)
 
-
-# -- 12 debugging ---------------------------------------------------------------------------------
-
-def _mean_blocks(size: int) -> list[np.ndarray]:
-    """Blocks of 7, 8, 9, ... items: uneven on purpose, as the remainder of a decomposition is."""
-    start, blocks = 0, []
-    for rank in range(size):
-        blocks.append(np.arange(start, start + 7 + rank, dtype=float) ** 2)
-        start += 7 + rank
-    return blocks
-
-
-def _verify_global_mean(answers, size):
-    blocks = _mean_blocks(size)
-    hints = _compare(answers, lambda r: float(np.concatenate(blocks).mean()), "global_mean(local)")
-    if hints and all(_equal(answer, float(np.mean([b.mean() for b in blocks]))) for answer in answers.values()):
-        return [say("every rank returned the mean of the ranks' means: the blocks differ in size, so each "
-                    "rank's mean must weigh as many items as it has. Add up the sums and the counts, then "
-                    "divide.")]
-    return hints
-
-
-def _pattern_global_mean(trace, size):
-    ops = _collective_ops(trace)
-    if any(op.lower().lstrip("i").startswith(("allgather", "gather")) for op in ops):
-        return ["the ranks gathered each other's values: one comm.allreduce of a (sum, count) pair gives every "
-                "rank both totals at once."]
-    if not ops and trace.messages():
-        return ["point-to-point messages were sent; one comm.allreduce of (sum, count) gives every rank the "
-                "total."]
-    if sum(ops.values()) > 1:
-        return [say("it calls {count} collectives ({ops}); one allreduce of a (sum, count) pair is enough.",
-                    count=sum(ops.values()), ops=", ".join(sorted(ops)))]
-    return []
-
-
-GLOBAL_MEAN = Exercise(
-    "global_mean", "global_mean",
-    "_start = sum(7 + r for r in range(rank))\n"
-    "float(global_mean(np.arange(_start, _start + 7 + rank, dtype=float) ** 2))",
-    _verify_global_mean, _pattern_global_mean)
-
-
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
-    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS)}
+    BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS, PROBE_RECEIVE,
+    URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE)}
