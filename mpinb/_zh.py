@@ -366,6 +366,15 @@ ZH: dict[str, str] = {
         "让原进程号最大的 rank 排在最前。",
     "make the two groups with comm.Split(color=rank % 2, key=-rank), then reduce on the new communicator.":
         "用 comm.Split(color=rank % 2, key=-rank) 分出两组，再在新的通信域上归约。",
+    # -- the exercise of 14-data-layout-io
+    "the file held {got}; expected every rank's block in rank order: {want}.":
+        "文件中是 {got}；应当是按进程号顺序排列的各 rank 的块：{want}。",
+    "each rank wrote on its own: one collective Write_at_all (every rank at its byte offset) lets MPI combine the "
+    "pieces into large writes.":
+        "各 rank 各写各的：一次集合调用 Write_at_all（每个 rank 在自己的字节偏移处写）能让 MPI 把各片合并成大块写入。",
+    "gathering every size works but moves more than needed: comm.exscan(local.nbytes) gives each rank its own byte "
+    "offset.":
+        "收集所有人的大小也行，但搬运的比需要的多：comm.exscan(local.nbytes) 让每个 rank 得到自己的字节偏移。",
     # -- the exercise of 13-one-sided
     "rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers (ints) it took.":
         "rank {rank} 返回了 {got}；fetch_tickets 应当返回它取到的票号（整数）列表。",

@@ -110,6 +110,12 @@ WRONG = {
         "    return [group.Get_rank(), group.allreduce(value)]",
         "the new ranks follow the old order",
     ),
+    "write_blocks": (
+        "def write_blocks(path, local):\n    offset = sum(comm.allgather(local.nbytes)[:rank])\n"
+        "    f = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE)\n"
+        "    f.Write_at(offset, local)\n    f.Close()",
+        "each rank wrote on its own",
+    ),
     "fetch_tickets": (
         "def fetch_tickets(window, tasks):\n"
         "    import time\n"

@@ -695,7 +695,44 @@ FETCH_TICKETS = Exercise(
     "[int(t) for t in _taken] if isinstance(_taken, (list, tuple)) else _taken",
     _verify_fetch_tickets, _pattern_fetch_tickets)
 
+# -- 14 data layout and I/O ------------------------------------------------------------------------
+
+def _verify_write_blocks(answers, size):
+    got = answers.get(0)
+    if got == _uneven_whole(size):
+        return []
+    return [say("the file held {got}; expected every rank's block in rank order: {want}.", got=_short(got),
+                want=_short(_uneven_whole(size)))]
+
+
+def _pattern_write_blocks(trace, size):
+    ops = _ops_in(trace)
+    if not any(op.startswith("Write") and op.endswith(("_all", "_ordered")) for op in ops):
+        return ["each rank wrote on its own: one collective Write_at_all (every rank at its byte offset) lets MPI "
+                "combine the pieces into large writes."]
+    if {"Allgather", "allgather", "Gather", "gather"} & set(_collective_ops(trace)):
+        return ["gathering every size works but moves more than needed: comm.exscan(local.nbytes) gives each "
+                "rank its own byte offset."]
+    return []
+
+
+WRITE_BLOCKS = Exercise(
+    "write_blocks", "write_blocks",
+    "import os as _os\n"
+    "_path = '_mpinb_exercise_blocks.bin'\n"
+    "try:\n"
+    "    write_blocks(_path, np.full(rank + 1, float(rank)))\n"
+    "    comm.Barrier()\n"
+    "    _got = [float(x) for x in np.fromfile(_path)] if rank == 0 else None\n"
+    "    comm.Barrier()\n"
+    "finally:\n"
+    "    if rank == 0 and _os.path.exists(_path):\n"
+    "        _os.remove(_path)\n"
+    "_got",
+    _verify_write_blocks, _pattern_write_blocks)
+
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
     BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS, PROBE_RECEIVE,
-    URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE)}
+    URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE, WRITE_BLOCKS)}
