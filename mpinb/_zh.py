@@ -375,6 +375,10 @@ ZH: dict[str, str] = {
     "gathering every size works but moves more than needed: comm.exscan(local.nbytes) gives each rank its own byte "
     "offset.":
         "收集所有人的大小也行，但搬运的比需要的多：comm.exscan(local.nbytes) 让每个 rank 得到自己的字节偏移。",
+    # -- the exercise of 15-threads
+    "both exchanges ran on one communicator, where a thread's receive can take the message meant for the other "
+    "thread: give each thread its own comm.Dup().":
+        "两组交换都在同一个通信域上进行，一个线程的接收可能取走发给另一个线程的消息：给每个线程一个自己的 comm.Dup()。",
     # -- the exercise of 13-one-sided
     "rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers (ints) it took.":
         "rank {rank} 返回了 {got}；fetch_tickets 应当返回它取到的票号（整数）列表。",

@@ -116,6 +116,11 @@ WRONG = {
         "    f.Write_at(offset, local)\n    f.Close()",
         "each rank wrote on its own",
     ),
+    "threaded_exchange": (
+        "def threaded_exchange():\n    left, right = (rank - 1) % size, (rank + 1) % size\n"
+        "    return [comm.sendrecv(rank, dest=right, source=left), comm.sendrecv(rank, dest=left, source=right)]",
+        "give each thread its own comm.Dup()",
+    ),
     "fetch_tickets": (
         "def fetch_tickets(window, tasks):\n"
         "    import time\n"

@@ -732,7 +732,27 @@ WRITE_BLOCKS = Exercise(
     _verify_write_blocks, _pattern_write_blocks)
 
 
+# -- 15 threads ------------------------------------------------------------------------------------
+
+def _verify_threaded_exchange(answers, size):
+    return _compare(answers, lambda r: [(r - 1) % size, (r + 1) % size], "threaded_exchange()")
+
+
+def _pattern_threaded_exchange(trace, size):
+    channels = {m["comm"] for m in trace.messages()}
+    if len(channels) < 2:
+        return ["both exchanges ran on one communicator, where a thread's receive can take the message meant for "
+                "the other thread: give each thread its own comm.Dup()."]
+    return []
+
+
+THREADED_EXCHANGE = Exercise(
+    "threaded_exchange", "threaded_exchange", "[int(x) for x in threaded_exchange()]",
+    _verify_threaded_exchange, _pattern_threaded_exchange)
+
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
     BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS, PROBE_RECEIVE,
-    URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE, WRITE_BLOCKS)}
+    URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE, WRITE_BLOCKS,
+    THREADED_EXCHANGE)}
