@@ -379,6 +379,13 @@ ZH: dict[str, str] = {
     "both exchanges ran on one communicator, where a thread's receive can take the message meant for the other "
     "thread: give each thread its own comm.Dup().":
         "两组交换都在同一个通信域上进行，一个线程的接收可能取走发给另一个线程的消息：给每个线程一个自己的 comm.Dup()。",
+    # -- the exercise of 16-training-at-scale
+    "move each rank's piece once, as a buffer: comm.Allgatherv(shard, [whole, counts]) puts every piece where it "
+    "belongs in one call.":
+        "把每个 rank 的那一片以缓冲区的形式只搬运一次：comm.Allgatherv(shard, [whole, counts]) 一次调用就把每一片"
+        "放到该在的位置。",
+    "it calls {count} collectives ({ops}); one Allgatherv is enough.":
+        "它调用了 {count} 次集合操作（{ops}）；一次 Allgatherv 就够了。",
     # -- the exercise of 13-one-sided
     "rank {rank} returned {got}; fetch_tickets should return the list of ticket numbers (ints) it took.":
         "rank {rank} 返回了 {got}；fetch_tickets 应当返回它取到的票号（整数）列表。",

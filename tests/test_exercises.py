@@ -121,6 +121,11 @@ WRONG = {
         "    return [comm.sendrecv(rank, dest=right, source=left), comm.sendrecv(rank, dest=left, source=right)]",
         "give each thread its own comm.Dup()",
     ),
+    "gather_layer": (
+        "def gather_layer(shard, counts):\n    start = sum(counts[:rank])\n    padded = np.zeros(sum(counts))\n"
+        "    padded[start:start + counts[rank]] = shard\n    return comm.allreduce(padded)",
+        "comm.Allgatherv(shard, [whole, counts])",
+    ),
     "fetch_tickets": (
         "def fetch_tickets(window, tasks):\n"
         "    import time\n"

@@ -751,8 +751,38 @@ THREADED_EXCHANGE = Exercise(
     _verify_threaded_exchange, _pattern_threaded_exchange)
 
 
+# -- 16 training at scale --------------------------------------------------------------------------
+
+def _layer_counts(size):
+    return [5 + (r % 3) for r in range(size)]
+
+
+def _verify_gather_layer(answers, size):
+    whole = [float(x) for x in np.arange(sum(_layer_counts(size))) * 0.5]
+    return _compare(answers, lambda r: whole, "gather_layer(shard, counts)")
+
+
+def _pattern_gather_layer(trace, size):
+    ops = _collective_ops(trace)
+    if "Allgatherv" not in ops:
+        return ["move each rank's piece once, as a buffer: comm.Allgatherv(shard, [whole, counts]) puts every piece "
+                "where it belongs in one call."]
+    if sum(ops.values()) > 1:
+        return [say("it calls {count} collectives ({ops}); one Allgatherv is enough.", count=sum(ops.values()),
+                    ops=", ".join(sorted(ops)))]
+    return []
+
+
+GATHER_LAYER = Exercise(
+    "gather_layer", "gather_layer",
+    "_counts = [5 + (r % 3) for r in range(size)]\n"
+    "_start = sum(_counts[:rank])\n"
+    "[float(x) for x in np.asarray(gather_layer(np.arange(_start, _start + _counts[rank]) * 0.5, _counts))]",
+    _verify_gather_layer, _pattern_gather_layer)
+
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     PARALLEL_SUM, EXCHANGE, RING_ALLREDUCE, HALO_EXCHANGE, GRID_SUMS, PARALLEL_PI, PINGPONG,
     BUCKETS, INPUT_GRAD, PIPELINE, STAGE_SUM, ZERO_STEP, GLOBAL_MEAN, FETCH_TICKETS, PROBE_RECEIVE,
     URGENT_FIRST, GATHER_UNEVEN, MY_OFFSET, CART_NEIGHBOURS, SPLIT_REVERSE, WRITE_BLOCKS,
-    THREADED_EXCHANGE)}
+    THREADED_EXCHANGE, GATHER_LAYER)}
