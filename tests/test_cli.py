@@ -170,6 +170,7 @@ def test_tutorials_are_copied_and_a_learners_edits_are_never_overwritten(tmp_pat
     copied = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
                     if p.is_file() and p.name != ".mpinb-tutorials.json")
     assert copied == expected and "zh/术语表.md" in copied and "solutions/parallel_pi.py" in copied
+    assert "figures/split.svg" in copied and "zh/figures/split.svg" in copied, "the diagrams the notebooks show"
     assert f"copied {len(expected)} files" in done.stdout and f"mpinb lab {folder}" in done.stdout
 
     edited, untouched = folder / "01-point-to-point.ipynb", folder / "zh" / "02-collectives.ipynb"

@@ -66,6 +66,7 @@ def test_the_wheel_carries_every_file_of_the_package_and_one_version(dist):
     tutorials = {"mpinb/tutorials/" + path.removeprefix("notebooks/") for path in _tracked("notebooks")}
     assert tutorials <= names, f"the wheel lacks tutorials (mpinb tutorials copies them): {sorted(tutorials - names)}"
     assert "mpinb/tutorials/zh/术语表.md" in names and "mpinb/tutorials/solutions/zero_step.py" in names
+    assert "mpinb/tutorials/zh/figures/ring-allreduce.svg" in names, "the diagrams travel with the notebooks"
     info = f"mpinb-{mpinb.__version__}.dist-info"
     assert f"{info}/licenses/LICENSE" in names, "the wheel carries no licence"
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()

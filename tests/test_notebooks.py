@@ -205,3 +205,36 @@ def test_the_twin_check_sets_aside_comments_and_translated_text_but_not_code():
     assert code_without_its_text(zh.replace("x = 1", "x = 2")) != code_without_its_text(en, like=zh)
     assert code_without_its_text(zh.replace("{x}", "{y}")) != code_without_its_text(en, like=zh)
     assert code_without_its_text(zh.replace('key = "loss"', 'key = "lost"')) != code_without_its_text(en, like=zh)
+
+
+IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
+
+
+def test_the_diagrams_are_drawn_by_their_script_and_shown_in_both_languages():
+    """Every picture a tutorial shows is a local SVG that docs/draw_figures.py draws (so the two
+    languages cannot drift), with no external reference (learners may be offline), and each
+    English picture has its Chinese twin, in Chinese, at the same place."""
+    import importlib.util
+    import xml.etree.ElementTree as ElementTree
+
+    spec = importlib.util.spec_from_file_location("draw_figures", os.path.join(ROOT, "docs", "draw_figures.py"))
+    draw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw)
+    for path, content in draw.drawn().items():
+        with open(path, encoding="utf-8") as handle:
+            assert handle.read() == content, f"{path} is not what docs/draw_figures.py draws: run it"
+        root = ElementTree.fromstring(content)
+        assert root.tag.endswith("svg") and "http" not in content.replace("http://www.w3.org/2000/svg", "")
+        if os.sep + "zh" + os.sep in str(path):
+            assert chinese_in("".join(root.itertext())), f"{path} is not in Chinese"
+    shown = 0
+    for english, chinese in zip(ENGLISH, CHINESE):
+        en, zh = nbformat.read(english, as_version=4), nbformat.read(chinese, as_version=4)
+        for a, b in zip(en.cells, zh.cells):
+            pictures, twins = IMAGE.findall(a.source), IMAGE.findall(b.source)
+            assert [target for _, target in pictures] == [target for _, target in twins], english
+            for (alt, target), (zh_alt, _) in zip(pictures, twins):
+                assert alt and chinese_in(zh_alt), f"{target}: say in words what the picture shows"
+                assert os.path.isfile(os.path.join(HERE, target)) and os.path.isfile(os.path.join(HERE, "zh", target))
+                shown += 1
+    assert shown >= 4

@@ -21,8 +21,8 @@ from pathlib import Path
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFEST = ".mpinb-tutorials.json"
 DEFAULT_FOLDER = "mpinb-tutorials"
-# What a tutorial folder holds: notebooks, the glossary, the solutions (and nothing a run leaves).
-_KINDS = (".ipynb", ".md", ".py")
+# What a tutorial folder holds: notebooks, the glossary, the solutions, the figures (and nothing a run leaves).
+_KINDS = (".ipynb", ".md", ".py", ".svg")
 
 
 def source() -> Traversable | None:
