@@ -88,6 +88,18 @@ def test_the_site_shows_the_guide_the_tutorials_with_their_results_and_the_api(s
             assert page.url.endswith("notebooks/zh/01-point-to-point.html")
             assert "不超车" in page.locator("article").inner_text(), "the Chinese tutorial's prose"
             assert "还没有写" in page.locator("article").inner_text(), "its check speaks Chinese too"
+            picture = page.locator("article img[src*='eager-rendezvous']").first
+            picture.scroll_into_view_if_needed()
+            assert picture.evaluate("img => img.complete && img.naturalWidth > 300"), "the diagram, drawn"
+            assert "发送方" in page.request.get(picture.evaluate("img => img.src")).text(), "the Chinese diagram"
+            plot = page.locator("article img[src*='_images'][src$='.png']").first
+            plot.scroll_into_view_if_needed()
+            page.screenshot(path=os.path.join(artifacts, "docs-zh-plot.png"))
+
+            page.locator(".sidebar-tree a", has_text="单边通信").first.click()
+            page.wait_for_load_state()
+            assert page.url.endswith("notebooks/zh/13-one-sided.html"), "the new tutorials are on the site"
+            assert "每个 rank 的任务数" in page.locator("article").inner_text(), "executed, printing in Chinese"
 
             page.locator(".sidebar-tree a", has_text="Python API").first.click()
             page.wait_for_load_state()
