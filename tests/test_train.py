@@ -10,6 +10,8 @@ from mpinb.train import (
     bubble_fraction,
     gpipe_schedule,
     init_mlp,
+    interleaved_bubble,
+    interleaved_schedule,
     load_digits_data,
     loss_and_grads,
     one_f_one_b_schedule,
@@ -51,6 +53,26 @@ def test_schedules_run_every_micro_batch_once_forward_before_backward(schedule, 
     else:
         assert max(peaks) == min(stages, micro)
     assert bubble_fraction(stages, micro) == (stages - 1) / (micro + stages - 1)
+
+
+@pytest.mark.parametrize("stages,chunks,micro", [(4, 1, 4), (4, 2, 4), (4, 2, 8), (4, 4, 8), (2, 3, 6), (1, 2, 3)])
+def test_the_interleaved_schedule_runs_each_chunk_once_and_shrinks_the_bubble(stages, chunks, micro):
+    for ops in interleaved_schedule(stages, chunks, micro):
+        expected = [(kind, c, i) for kind in "FB" for c in range(chunks) for i in range(micro)]
+        assert sorted(ops) == sorted(expected)
+        assert all(ops.index(("F", c, i)) < ops.index(("B", c, i)) for c in range(chunks) for i in range(micro))
+    # the replay that measures it also proves it deadlock-free; Megatron's (p-1)/(v m + p - 1)
+    assert interleaved_bubble(stages, chunks, micro) == pytest.approx((stages - 1) / (chunks * micro + stages - 1))
+    if stages > 1 and chunks > 1:
+        assert interleaved_bubble(stages, chunks, micro) < bubble_fraction(stages, micro)
+    if chunks == 1:  # one chunk per rank is plain 1F1B
+        plain = [[(kind, i) for kind, _, i in ops] for ops in interleaved_schedule(stages, 1, micro)]
+        assert plain == one_f_one_b_schedule(stages, micro)
+
+
+def test_the_interleaved_schedule_says_what_it_needs():
+    with pytest.raises(ValueError, match="6 is not a multiple of 4"):
+        interleaved_schedule(4, 2, 6)
 
 
 RING = """
@@ -129,6 +151,37 @@ pl_loss, pl_dW, pl_db, _, pl_peak = run_pipeline(
         np.testing.assert_allclose(db, grads[2 * stage + 1], rtol=1e-12, atol=1e-14)
     peaks = pool4.pull("pl_peak")
     assert peaks == ([4] * 4 if schedule == "gpipe_schedule" else [4, 3, 2, 1])
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_interleaved_pipeline_gradients_equal_the_serial_run(pool4, chunks):
+    """8 layers on 4 ranks: two per rank, as one chunk of two layers or as two chunks of one."""
+    code = f"""
+from mpinb.train import init_mlp, interleaved_schedule, run_interleaved
+sizes = [8, 7, 6, 6, 5, 5, 4, 4, 3]
+params = init_mlp(sizes, seed=4)
+layer = lambda k: (params[2 * k], params[2 * k + 1])
+if {chunks} == 1:
+    mine, widths = [[layer(2 * rank), layer(2 * rank + 1)]], [sizes[2 * s] for s in range(4)]
+else:
+    mine, widths = [[layer(c * size + rank)] for c in range(2)], sizes[:8]
+X = np.random.default_rng(9).random((12, 8)); y = np.arange(12) % 3
+parts = np.array_split(np.arange(12), 4)
+il_loss, il_dW, il_db, _, il_peak = run_interleaved(
+    comm, interleaved_schedule(size, {chunks}, 4)[rank], mine,
+    [X[p] for p in parts], [y[p] for p in parts], widths, [len(p) for p in parts])
+"""
+    pool4.run(code)
+    sizes = [8, 7, 6, 6, 5, 5, 4, 4, 3]
+    loss, grads = loss_and_grads(init_mlp(sizes, seed=4), np.random.default_rng(9).random((12, 8)), np.arange(12) % 3)
+    assert pool4.pull("il_loss")[3] == pytest.approx(loss, rel=1e-12)
+    dW, db = pool4.pull("il_dW"), pool4.pull("il_db")
+    for rank in range(4):
+        for chunk in range(chunks):
+            for k in range(2 // chunks):
+                layer = 2 * rank + k if chunks == 1 else chunk * 4 + rank
+                np.testing.assert_allclose(dW[rank][chunk][k], grads[2 * layer], rtol=1e-12, atol=1e-14)
+                np.testing.assert_allclose(db[rank][chunk][k], grads[2 * layer + 1], rtol=1e-12, atol=1e-14)
 
 
 def test_adam_on_a_shard_equals_the_same_elements_of_a_full_step():

@@ -18,7 +18,16 @@ from ._mlp import (
     loss_grad,
     sgd_step,
 )
-from ._pipeline import bubble_fraction, gpipe_schedule, one_f_one_b_schedule, peak_activations, run_pipeline
+from ._pipeline import (
+    bubble_fraction,
+    gpipe_schedule,
+    interleaved_bubble,
+    interleaved_schedule,
+    one_f_one_b_schedule,
+    peak_activations,
+    run_interleaved,
+    run_pipeline,
+)
 from ._tensor import split_for_tensor_parallel, tensor_parallel_loss_and_grads
 
 __all__ = [
@@ -30,6 +39,8 @@ __all__ = [
     "global_batches",
     "gpipe_schedule",
     "init_mlp",
+    "interleaved_bubble",
+    "interleaved_schedule",
     "layer_backward",
     "layer_forward",
     "load_digits_data",
@@ -39,6 +50,7 @@ __all__ = [
     "peak_activations",
     "per_tensor_allreduce",
     "ring_allreduce",
+    "run_interleaved",
     "run_pipeline",
     "sgd_step",
     "shard",
