@@ -129,12 +129,13 @@ def interleaved_schedule(stages: int, chunks: int, micro: int) -> list[list[Virt
         raise ValueError(f"the interleaved schedule needs micro-batches in groups of the {stages} stages: "
                          f"{micro} is not a multiple of {stages}")
     per_rank = chunks * micro
+    # the k-th (chunk, micro-batch): groups of `stages` micro-batches, each group through every chunk
+    group = stages * chunks
+    order = [((k % group) // stages, (k // group) * stages + k % stages) for k in range(per_rank)]
+    forwards = [("F", chunk, i) for chunk, i in order]
+    backwards = [("B", chunks - 1 - chunk, i) for chunk, i in order]
     schedule = []
     for rank in range(stages):
-        forwards = [("F", (k % (stages * chunks)) // stages, (k // (stages * chunks)) * stages + k % stages)
-                    for k in range(per_rank)]
-        backwards = [("B", chunks - 1 - (k % (stages * chunks)) // stages,
-                      (k // (stages * chunks)) * stages + k % stages) for k in range(per_rank)]
         warmup = min(stages - rank - 1 if chunks == 1 else (stages - rank - 1) * 2 + (chunks - 1) * stages, per_rank)
         ops = forwards[:warmup]
         for k in range(per_rank - warmup):
