@@ -17,8 +17,6 @@ from ._mlp import layer_backward, layer_forward, loss_grad
 
 Schedule = list[list[tuple[str, int]]]  # per stage: ("F" | "B", micro-batch)
 
-_GRAD_TAG = 1 << 20
-
 
 def gpipe_schedule(stages: int, micro: int) -> Schedule:
     return [[("F", i) for i in range(micro)] + [("B", i) for i in reversed(range(micro))]
@@ -62,52 +60,12 @@ def run_pipeline(comm, ops: list[tuple[str, int]], W: np.ndarray, b: np.ndarray,
     receive activations from the stage before and gradients from the stage after (``widths[s]`` is
     the width of stage s's input). ``pad_s`` sleeps after each operation to stand in for a real
     stage's compute time. Returns ``(summed loss or None, dW, db, timeline, peak held)`` with
-    timeline entries ``(kind, i, start, end)`` on ``time.perf_counter``'s clock.
+    timeline entries ``(kind, i, start, end)`` on ``time.perf_counter``'s clock. (It is
+    :func:`run_interleaved` with one chunk of one layer per rank.)
     """
-    from mpi4py import MPI
-
-    stage, stages = comm.Get_rank(), comm.Get_size()
-    first, last = stage == 0, stage == stages - 1
-    dW, db = np.zeros_like(W), np.zeros_like(b)
-    caches: dict[int, tuple] = {}
-    loss_grads: dict[int, np.ndarray] = {}
-    total_loss = 0.0
-    sends, timeline, peak = [], [], 0
-    for kind, i in ops:
-        if kind == "F":
-            if first:
-                assert inputs is not None, "stage 0 reads the inputs"
-                x = inputs[i]
-            else:
-                x = np.empty((micro_sizes[i], widths[stage]))
-                comm.Recv(x, source=stage - 1, tag=i)
-            start = time.perf_counter()
-            out, caches[i] = layer_forward(W, b, x, last)
-            if last:
-                assert labels is not None, "the last stage computes the loss"
-                loss, loss_grads[i] = loss_grad(out, labels[i])
-                total_loss += loss
-            time.sleep(pad_s)
-            timeline.append(("F", i, start, time.perf_counter()))
-            peak = max(peak, len(caches))
-            if not last:
-                sends.append(comm.Isend(out, dest=stage + 1, tag=i))
-        else:
-            if last:
-                grad = loss_grads.pop(i)
-            else:
-                grad = np.empty((micro_sizes[i], W.shape[1]))
-                comm.Recv(grad, source=stage + 1, tag=_GRAD_TAG + i)
-            start = time.perf_counter()
-            dx, dWi, dbi = layer_backward(W, caches.pop(i), grad, last)
-            dW += dWi
-            db += dbi
-            time.sleep(pad_s)
-            timeline.append(("B", i, start, time.perf_counter()))
-            if not first:
-                sends.append(comm.Isend(dx, dest=stage - 1, tag=_GRAD_TAG + i))
-    MPI.Request.Waitall(sends)
-    return (total_loss if last else None), dW, db, timeline, peak
+    loss, dW, db, timeline, peak = run_interleaved(comm, [(kind, 0, i) for kind, i in ops], [[(W, b)]],
+                                                   inputs, labels, widths, micro_sizes, pad_s)
+    return loss, dW[0][0], db[0][0], [(kind, i, start, end) for kind, _, i, start, end in timeline], peak
 
 
 # -- interleaved 1F1B: several model chunks per rank ---------------------------------------------
