@@ -335,8 +335,6 @@ ZH: dict[str, str] = {
     "(np.empty(status.Get_count(MPI.DOUBLE))) before the Recv.":
         "收到的数组长度不对：在 Recv 之前，按探测到的 Status 确定每个缓冲区的大小"
         "（np.empty(status.Get_count(MPI.DOUBLE))）。",
-    "rank 0 returned {got} for probe_receive(size - 1); expected {want}.":
-        "对 probe_receive(size - 1)，rank 0 返回了 {got}；应当是 {want}。",
     "rank 0 cannot know each message's size in advance: Probe it first (comm.Probe(source=MPI.ANY_SOURCE, tag=7, "
     "status=status)), then size the buffer from status.Get_count(MPI.DOUBLE).":
         "rank 0 事先无法知道每条消息的大小：先探测它（comm.Probe(source=MPI.ANY_SOURCE, tag=7, status=status)），"
@@ -344,10 +342,6 @@ ZH: dict[str, str] = {
     "rank 0 took the messages in the order they were sent: a receive picks its message by source and tag, so "
     "receive tag=2 first, then tag=1.":
         "rank 0 按发送的顺序取了消息：接收按来源和标签挑选消息，所以先接收 tag=2，再接收 tag=1。",
-    "rank 0 returned {got} for urgent_first(); expected {want}.":
-        "对 urgent_first()，rank 0 返回了 {got}；应当是 {want}。",
-    "rank 0 returned {got} for gather_uneven(local); expected {want}.":
-        "对 gather_uneven(local)，rank 0 返回了 {got}；应当是 {want}。",
     "move the arrays as buffers with comm.Gatherv: gather the counts first (comm.gather(len(local), root=0)), "
     "then Gatherv(local, [whole, counts]) on the root into one array.":
         "用 comm.Gatherv 以缓冲区的形式搬运数组：先收集各 rank 的个数（comm.gather(len(local), root=0)），"
