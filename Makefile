@@ -67,7 +67,7 @@ fonts:
 system:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	ls /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc >/dev/null 2>&1 || missing="$$missing fonts-noto-cjk"; \
+	fc-list :lang=zh 2>/dev/null | grep -q . || missing="$$missing fonts-noto-cjk"; \
 	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm"; \
 	ls /usr/lib/*/libpmix.so >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \

@@ -9,6 +9,7 @@ looked for among the system's font files too.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import warnings
@@ -28,8 +29,11 @@ NO_FONT = ("Chinese labels in plots need a font with Chinese characters, and thi
 
 
 def use_a_cjk_font() -> str | None:
-    """Make matplotlib draw Chinese with a CJK font; the family chosen, or ``None`` (and a
-    warning that says what to install) when this machine has none."""
+    """Make matplotlib draw Chinese with a CJK font; the family chosen, or ``None``: without
+    matplotlib (nothing to draw), or with a warning that says what to install when this machine
+    has no CJK font."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
     from matplotlib import font_manager, rcParams
 
     family = _installed_cjk_family(font_manager.fontManager)

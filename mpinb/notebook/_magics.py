@@ -6,7 +6,6 @@ Usage errors raise IPython's ``UsageError`` with the usage text, so a typo never
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shlex
@@ -464,7 +463,7 @@ def load_ipython_extension(ipython) -> None:
     that draws Chinese in plots."""
     ipython.register_magics(MPIMagics)
     session.prestart()
-    if language() == "zh" and importlib.util.find_spec("matplotlib") is not None:
+    if language() == "zh":
         use_a_cjk_font()
 
 
