@@ -22,7 +22,7 @@ WORDS = {
         "send_returns": "Send returns", "recv_posted": "Recv posted", "copied": "copied out: Recv returns",
         "rts": "request to send", "cts": "clear to send", "waits": "Send waits",
         "ring_title": "ring allreduce of 4 chunks on 4 ranks: shade = how many ranks' values a chunk holds",
-        "start": "start", "rs": "reduce-scatter step", "ag": "allgather step", "rank": "rank",
+        "start": "start", "rs": "reduce-scatter step {step}", "ag": "allgather step {step}", "rank": "rank",
         "split_title": "comm.Split(color, key): same color, same new communicator; key orders it (ties: old rank)",
         "old": "world rank", "color": "color", "key": "key", "new_comm": "new communicator of color",
         "new_rank": "new rank",
@@ -36,7 +36,7 @@ WORDS = {
         "send_returns": "Send 返回", "recv_posted": "发起 Recv", "copied": "从缓冲区复制出来：Recv 返回",
         "rts": "请求发送", "cts": "允许发送", "waits": "Send 等待",
         "ring_title": "4 个 rank 上 4 块数据的环形全归约：颜色越深，一块中已加入的 rank 越多",
-        "start": "开始", "rs": "归约散发第", "ag": "全收集第", "rank": "rank",
+        "start": "开始", "rs": "归约散发第 {step} 步", "ag": "全收集第 {step} 步", "rank": "rank",
         "split_title": "comm.Split(color, key)：color 相同的进入同一个新通信域；key 决定顺序（相同时按原进程号）",
         "old": "全局 rank", "color": "color", "key": "key", "new_comm": "新通信域，color",
         "new_rank": "新进程号",
@@ -96,18 +96,16 @@ def ring_allreduce(w: dict[str, str], p: int = 4) -> str:
     """Every step of a ring allreduce, computed: which ranks' values each chunk of each rank holds."""
     held = [[{r} for _ in range(p)] for r in range(p)]
     states, labels = [[[len(c) for c in row] for row in held]], [w["start"]]
-    for step in range(p - 1):  # reduce-scatter: rank r sends chunk (r - step) to r + 1, which adds it
-        sent = [(r, (r - step) % p, set(held[r][(r - step) % p])) for r in range(p)]
-        for r, chunk, values in sent:
-            held[(r + 1) % p][chunk] |= values
-        states.append([[len(c) for c in row] for row in held])
-        labels.append(f"{w['rs']} {step + 1}" + ("" if w is WORDS["en"] else " 步"))
-    for step in range(p - 1):  # allgather: rank r passes its complete chunk (r + 1 - step) on
-        sent = [(r, (r + 1 - step) % p, set(held[r][(r + 1 - step) % p])) for r in range(p)]
-        for r, chunk, values in sent:
-            held[(r + 1) % p][chunk] = values
-        states.append([[len(c) for c in row] for row in held])
-        labels.append(f"{w['ag']} {step + 1}" + ("" if w is WORDS["en"] else " 步"))
+    # reduce-scatter: in step s rank r sends chunk (r - s) to r + 1, which adds it; allgather: rank r
+    # passes its complete chunk (r + 1 - s) on, which replaces the receiver's
+    for phase, first, adds in (("rs", 0, True), ("ag", 1, False)):
+        for step in range(p - 1):
+            sent = [(r, (r + first - step) % p) for r in range(p)]
+            arriving = [set(held[r][chunk]) for r, chunk in sent]
+            for (r, chunk), values in zip(sent, arriving):
+                held[(r + 1) % p][chunk] = held[(r + 1) % p][chunk] | values if adds else values
+            states.append([[len(c) for c in row] for row in held])
+            labels.append(w[phase].format(step=step + 1))
     assert all(len(c) == p for row in held for c in row), "every chunk summed over every rank"
     shades = {1: "#e8eef6", 2: "#b7c9e2", 3: "#7f9fc9", 4: BLUE}
     cell, gap, panel = 16, 4, p * 16 + 40
