@@ -42,7 +42,7 @@ ZH: dict[str, str] = {
         "一个同样在等待的邻居。",
     "the halo exchange deadlocked: with nonblocking calls, post all receives and sends first and wait "
     "afterwards.":
-        "光环交换死锁了：使用非阻塞调用时，先挂出所有的接收和发送，之后再等待。",
+        "晕环交换死锁了：使用非阻塞调用时，先发起所有的接收和发送，之后再等待。",
     # -- 00 parallel_sum
     "no rank communicated: each rank computed the whole sum alone. Let each rank sum its share "
     "(range(rank, n, size)) and combine the shares with comm.allreduce.":
@@ -72,7 +72,7 @@ ZH: dict[str, str] = {
     # -- 03 halo_exchange
     "it uses {ops}; post Irecv and Isend for both neighbours first, then wait for all four requests with "
     "MPI.Request.Waitall.":
-        "它使用了 {ops}；请先为两侧邻居挂出 Irecv 和 Isend，再用 MPI.Request.Waitall 等待全部四个请求。",
+        "它使用了 {ops}；请先为两侧邻居发起 Irecv 和 Isend，再用 MPI.Request.Waitall 等待全部四个请求。",
     "rank {rank} sent {count} messages to ranks {peers}; each rank sends one value to each of its two "
     "neighbours.":
         "rank {rank} 向 rank {peers} 发送了 {count} 条消息；每个 rank 应给两个邻居各发一个值。",
@@ -201,12 +201,12 @@ ZH: dict[str, str] = {
     "not, so every send waits for a receive that its neighbour posts only after its own send has "
     "completed.":
         "每个 rank 都先发送后接收。小消息会被缓冲，所以这样常常能行；大消息不会，于是每次发送都在等一个"
-        "接收，而邻居要等自己的发送完成后才会挂出这个接收。",
+        "接收，而邻居要等自己的发送完成后才会发起这个接收。",
     "Each rank sends before it receives, with a synchronous send (ssend), which waits for its receive "
     "whatever the size: every send waits for a receive that its neighbour posts only after its own send "
     "has completed. A standard send may do the same at any size.":
         "每个 rank 都先用同步发送（ssend）再接收，而同步发送无论消息多大都要等到对方接收：每次发送都在"
-        "等一个接收，而邻居要等自己的发送完成后才会挂出它。标准模式的发送在任何大小下也都可能如此。",
+        "等一个接收，而邻居要等自己的发送完成后才会发起它。标准模式的发送在任何大小下也都可能如此。",
     "Each rank waits to receive before it sends, so no message is ever sent.":
         "每个 rank 都在发送之前等待接收，所以没有任何消息被发出。",
     "The ranks are not in the same collective call: every rank of a communicator must call the same "
@@ -215,7 +215,7 @@ ZH: dict[str, str] = {
     "Usual fixes: order by rank (even ranks send first, odd ranks receive first); use comm.sendrecv(...) "
     "for an exchange; or post comm.irecv(...) and comm.isend(...) and wait for both.":
         "常见修复：按 rank 安排顺序（偶数 rank 先发送，奇数 rank 先接收）；交换时使用 comm.sendrecv(...)；"
-        "或者先挂出 comm.irecv(...) 和 comm.isend(...)，再等待两者完成。",
+        "或者先发起 comm.irecv(...) 和 comm.isend(...)，再等待两者完成。",
     # -- a run that was stopped, and errors of many ranks
     "the run was interrupted; the ranks were sent an interrupt.": "运行被中断；已向各 rank 发送中断信号。",
     "the run did not finish within {timeout} s; the ranks were sent an interrupt.":

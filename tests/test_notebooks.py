@@ -116,6 +116,21 @@ def _newest_in_mpinb() -> float:
                for name in names if not name.endswith(".pyc"))
 
 
+# Translationese a reader found (issue 30), and the terms the glossary (术语表.md) replaces them with.
+REJECTED_CHINESE = {"光环": "晕环", "挂出": "发起", "孪生兄弟": "非阻塞版本", "每个数字取 5 次": "重复 5 次",
+                    "在该阶段于其他副本中的拷贝上求和": "与同一阶段的其他副本求和",
+                    "把每个副本都在重复的东西分片": "把每个副本重复保存的东西分片"}
+
+
+def test_the_chinese_text_keeps_to_the_glossarys_terms():
+    """Nowhere Chinese is shown (tutorials, glossary, mpinb's messages, diagrams) uses a rejected phrase."""
+    places = [*CHINESE, *glob.glob(os.path.join(HERE, "zh", "*.md")),
+              *glob.glob(os.path.join(HERE, "zh", "figures", "*")), os.path.join(ROOT, "mpinb", "_zh.py")]
+    found = [(os.path.relpath(path, ROOT), phrase) for path in places for phrase in REJECTED_CHINESE
+             if phrase in open(path, encoding="utf-8").read()]
+    assert not found, [f"{path}: {phrase} (write {REJECTED_CHINESE[phrase]})" for path, phrase in found]
+
+
 def test_every_tutorial_has_a_chinese_twin_with_the_same_code():
     """The translations cannot drift: same cells in the same order, the same code (its comments and
     its display text aside, which the Chinese twin may translate), prose in Chinese."""
