@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import string
 
 import pytest
 
 import mpinb
+from mpinb._zh import ZH
 from mpinb.teach import EXERCISES
 
 SOLUTIONS = os.path.join(os.path.dirname(__file__), "..", "notebooks", "solutions")
@@ -146,13 +149,43 @@ WRONG = {
 }
 
 
+def _template_of(line: str, templates) -> str:
+    """The template that ``line`` was made from: of those it fits (``{fields}`` matching anything),
+    the one with the most fixed text ("{ranks}: {why}" fits nearly every line)."""
+    def parts(template: str) -> list[tuple[str, str | None]]:
+        return [(text, field) for text, field, _, _ in string.Formatter().parse(template)]
+
+    def fits(template: str) -> bool:
+        pattern = "".join(re.escape(text) + (".*?" if field is not None else "") for text, field in parts(template))
+        return re.fullmatch(pattern, line, re.DOTALL) is not None
+
+    fixed = {t: sum(len(text) for text, _ in parts(t)) for t in templates if fits(t)}
+    most = max(fixed.values(), default=0)
+    made_from = [t for t, n in fixed.items() if n == most]
+    assert len(made_from) == 1, f"{line!r} fits {made_from or 'no template'}"
+    return made_from[0]
+
+
+def _translated(line: str) -> str:
+    return ZH[_template_of(line, ZH)]
+
+
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_typical_mistake_gets_a_specific_hint(pool4, name):
+    """The same hint in English and in Chinese: every line of the Chinese verdict is Chinese."""
     code, hint = WRONG[name]
     pool4.run(code)
     verdict = mpinb.check(name, pool=pool4, timeout=3)
     assert not verdict
     assert hint in str(verdict), str(verdict)
+    mpinb.set_language("zh")
+    try:
+        chinese = mpinb.check(name, pool=pool4, timeout=3)
+        said = str(chinese)
+    finally:
+        mpinb.set_language(None)
+    assert not chinese and said.startswith(f"✘ {name}：还没有通过。"), said
+    assert [_translated(line) for line in verdict.hints] == [_template_of(line, ZH.values()) for line in chinese.hints]
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}, "the pool survives the check"
 
 
