@@ -20,7 +20,8 @@ from unittest import mock
 import mpinb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TUTORIALS = ("01-point-to-point", "03-nonblocking", "05-parallel-algorithms", "07-data-parallel")
+TUTORIALS = ("01-point-to-point", "01b-deadlocks-and-send-modes", "03-nonblocking", "05-parallel-algorithms",
+             "07-data-parallel")
 VERIFIED_SHARE = 2.0  # verified cells take at most this many times their traced time
 CHEAP_US = 0.2  # the checks every traced run makes, per call
 LOOK_SHARE = 0.01  # the end-of-run look for what a run left, at most this share of an empty run

@@ -83,10 +83,10 @@ def test_the_site_shows_the_guide_the_tutorials_with_their_results_and_the_api(s
             assert "is not written yet" in page.locator("article").inner_text(), "feedback in English here"
             page.screenshot(path=os.path.join(artifacts, "docs-performance.png"))
 
-            page.locator(".sidebar-tree a", has_text="点对点通信").first.click()
+            page.locator(".sidebar-tree a", has_text="死锁与发送模式").first.click()
             page.wait_for_load_state()
-            assert page.url.endswith("notebooks/zh/01-point-to-point.html")
-            assert "不超车" in page.locator("article").inner_text(), "the Chinese tutorial's prose"
+            assert page.url.endswith("notebooks/zh/01b-deadlocks-and-send-modes.html")
+            assert "eager 阈值" in page.locator("article").inner_text(), "the Chinese tutorial's prose"
             assert "还没有写" in page.locator("article").inner_text(), "its check speaks Chinese too"
             picture = page.locator("article img[src*='eager-rendezvous']").first
             picture.scroll_into_view_if_needed()

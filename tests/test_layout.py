@@ -241,6 +241,13 @@ def test_the_readme_map_names_nothing_that_is_gone():
     assert not gone, f"the README's map names files that are not in the tree: {gone}"
 
 
+def test_the_readmes_table_of_tutorials_names_each_one_in_order():
+    text = (ROOT / "README.md").read_text()
+    listed = re.findall(r"^\| `(\d\d\w?-[\w-]+)` \|", text, re.MULTILINE)
+    tutorials = sorted(path.stem for path in (ROOT / "notebooks").glob("*.ipynb"))
+    assert listed == tutorials
+
+
 def test_the_readme_map_calls_shared_exactly_the_shared_modules():
     marked = set(re.findall(r"^  (_\w+)\.py\s+shared:", _map(), re.MULTILINE))
     assert marked == SHARED, f"the map marks {sorted(marked)} as shared; the rule (SHARED above) is {sorted(SHARED)}"

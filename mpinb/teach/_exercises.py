@@ -92,7 +92,7 @@ PARALLEL_SUM = Exercise(
     _verify_parallel_sum, _pattern_parallel_sum)
 
 
-# -- 01 point-to-point ---------------------------------------------------------------------------
+# -- 01 point-to-point, 01b deadlocks and send modes ----------------------------------------
 
 _EXCHANGE_N = 200_000  # 1.6 MB: far beyond the eager limit, so a send waits for its receive
 
