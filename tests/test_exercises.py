@@ -172,7 +172,7 @@ def _translated(line: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_typical_mistake_gets_a_specific_hint(pool4, name):
-    """The same hint in English and in Chinese: every line of the Chinese verdict is Chinese."""
+    """The same hint in English and in Chinese: each Chinese line translates its English line's template."""
     code, hint = WRONG[name]
     pool4.run(code)
     verdict = mpinb.check(name, pool=pool4, timeout=3)

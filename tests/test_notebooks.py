@@ -18,6 +18,7 @@ import io
 import os
 import re
 import tokenize
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -127,7 +128,7 @@ def test_the_chinese_text_keeps_to_the_glossarys_terms():
     places = [*CHINESE, *glob.glob(os.path.join(HERE, "zh", "*.md")),
               *glob.glob(os.path.join(HERE, "zh", "figures", "*")), os.path.join(ROOT, "mpinb", "_zh.py")]
     found = [(os.path.relpath(path, ROOT), phrase) for path in places for phrase in REJECTED_CHINESE
-             if phrase in open(path, encoding="utf-8").read()]
+             if phrase in Path(path).read_text(encoding="utf-8")]
     assert not found, [f"{path}: {phrase} (write {REJECTED_CHINESE[phrase]})" for path, phrase in found]
 
 
