@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -29,19 +30,34 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 # This checkout's mpinb: pools of another checkout or install (a second test run, the user's own
 # notebook) are theirs, not this run's.
 OUR_MPINB = os.path.dirname(os.path.abspath(mpinb.__file__))
+# This test run's mark, which every process it starts inherits (ranks and launcher daemons too):
+# `make test` runs the tests on two MPIs side by side from one checkout, and each run's checks
+# must not take the other's pools, or the site's, for its own.
+SESSION_VARIABLE = "MPINB_TEST_SESSION"
+OUR_SESSION = os.environ[SESSION_VARIABLE] = f"pytest-{os.getpid()}"
 
 
 def pool_processes() -> list[psutil.Process]:
-    """Every process on this machine that belongs to a pool of this checkout's mpinb."""
+    """Every process on this machine that belongs to a pool of this test run (this checkout's
+    mpinb, and not marked as another run's)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "name"]):
         try:
             text = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
         except psutil.Error:
             continue
-        if any(marker in text for marker in POOL_MARKERS) and _of_this_checkout(proc, text):
+        if any(marker in text for marker in POOL_MARKERS) and _session_of(proc) in (None, OUR_SESSION) \
+                and _of_this_checkout(proc, text):
             found.append(proc)
     return found
+
+
+def _session_of(proc: psutil.Process) -> str | None:
+    """The test run (or site build) that started the process, if its environment says so."""
+    try:
+        return proc.environ().get(SESSION_VARIABLE)
+    except psutil.Error:  # (ended meanwhile, or a zombie: it cannot be told apart)
+        return None
 
 
 def _of_this_checkout(proc: psutil.Process, text: str) -> bool:
@@ -107,23 +123,32 @@ def no_process_outlives_the_tests():
 
 
 def kernel_temporary_folders() -> set[str]:
-    """The folders ipykernel's debugger leaves in the temporary folder (``ipykernel_<pid>``)."""
+    """The folders ipykernel's debugger left in the temporary folder (``ipykernel_<pid>``) for
+    a kernel that has ended (a running kernel's, of another test run, is not left yet)."""
     import glob
     import tempfile
 
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "ipykernel_*")))
+    return {path for path in glob.glob(os.path.join(tempfile.gettempdir(), "ipykernel_*"))
+            if not ((pid := path.rpartition("_")[2]).isdigit() and psutil.pid_exists(int(pid)))}
+
+
+# Which MPI writes the files of each prefix in mpinb._leftovers: a test run looks only at its own
+# MPI's, so that runs on two MPIs can go side by side (Intel MPI's launcher writes none of them).
+WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPICH",
+              "/dev/shm/sm_segment.": "Open MPI", "/dev/shm/vader_segment.": "Open MPI"}
 
 
 def mpi_temporary_files() -> set[str]:
-    """MPI's shared-memory segments and the temporary files and folders its launchers write (see
-    mpinb._leftovers)."""
+    """This MPI's shared-memory segments and the temporary files and folders its launcher writes
+    (see mpinb._leftovers)."""
     import glob
 
     from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
-    prefixes = LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES
+    ours = this_mpi()
+    prefixes = [prefix for prefix in LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES if WRITTEN_BY[prefix] == ours]
     found = {path for prefix in prefixes for path in glob.glob(prefix + "*")}
-    return found | _orphaned_sessions()
+    return found | (_orphaned_sessions() if ours == "Open MPI" else set())
 
 
 def _orphaned_sessions() -> set[str]:
@@ -139,12 +164,19 @@ def _orphaned_sessions() -> set[str]:
 def intel_mpi() -> bool:
     """Whether this environment's mpiexec is Intel MPI's (an MPICH derivative: mpi_family says
     "MPICH" for it, but its launcher and shared memory behave in their own ways)."""
+    return this_mpi() == "Intel MPI"
+
+
+@functools.cache
+def this_mpi() -> str:
+    """"MPICH", "Open MPI" or "Intel MPI": this environment's, from its ``mpiexec --version``."""
     import subprocess
 
-    from mpinb.pool._launch import find_mpiexec
+    from mpinb.pool._launch import find_mpiexec, mpi_family_in
 
     said = subprocess.run([find_mpiexec(), "--version"], capture_output=True, text=True, timeout=30)
-    return "Intel(R) MPI" in said.stdout + said.stderr
+    text = said.stdout + said.stderr
+    return "Intel MPI" if "Intel(R) MPI" in text else mpi_family_in(text) or "MPICH"
 
 
 def files_of_pool(pool) -> set[str]:

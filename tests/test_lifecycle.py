@@ -350,3 +350,34 @@ def test_what_mpiexec_leaves_behind_ends_with_it(tmp_path):
     assert time.monotonic() - began < 5
     left = [int(pid) for pid in pids.read_text().split()]
     assert len(left) == 2 and not any(psutil.pid_exists(pid) for pid in left), "the helpers ended with it"
+
+
+@pytest.mark.parametrize("session, ours", [(None, True), ("another", False)])
+def test_the_leak_checks_take_only_this_test_runs_processes_for_their_own(session, ours):
+    """`make test` runs two test runs side by side from one checkout: a process that another run
+    (or the site's build) started is marked so, and is not this run's, so that neither run's
+    checks see the other's pools as left behind."""
+    from conftest import OUR_MPINB, SESSION_VARIABLE
+
+    env = dict(os.environ, **({SESSION_VARIABLE: session} if session else {}))
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
+                                 os.path.join(OUR_MPINB, "rank", "_engine_main.py")], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(stand_in.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.02)  # (until the child has exec'd)
+        assert (stand_in.pid in {p.pid for p in pool_processes()}) == ours
+    finally:
+        stand_in.kill()
+        stand_in.wait(10)
+
+
+def test_each_leftover_file_is_told_apart_by_the_mpi_that_writes_it():
+    """The checks of MPI's leftover files look only at this MPI's, so that runs on two MPIs can go
+    side by side: each prefix that mpinb cleans up must say which MPI writes it."""
+    from conftest import WRITTEN_BY
+
+    from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
+
+    assert set(WRITTEN_BY) == set(LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES)
+    assert set(WRITTEN_BY.values()) <= {"MPICH", "Open MPI", "Intel MPI"}

@@ -75,14 +75,17 @@ def test_scatter_gather_round_trip_uneven(any_pool):
     assert all(shape[1:] == (3,) for shape in shapes.values())
 
 
-def _shared_files() -> set[str]:
+def _shared_files(pool: mpinb.Pool) -> set[str]:
+    """The data moves' files in shared memory that this process or the pool's ranks made (each
+    is named after its maker's pid): not those of another test run beside this one."""
     import glob
 
-    return set(glob.glob("/dev/shm/mpinb-*"))
+    pids = {os.getpid(), *(row["pid"] for row in pool.status())}
+    return {path for pid in pids for path in glob.glob(f"/dev/shm/mpinb-{pid}-*")}
 
 
 def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_pool):
-    before = _shared_files()
+    before = _shared_files(any_pool)
     big = np.arange(3 * 2**18, dtype=np.float64).reshape(-1, 3)[:, ::2]  # 4 MB, not contiguous
     records = np.zeros(70_000, dtype=[("x", "f8"), ("n", "i4"), ("tag", "S8")])  # 1.4 MB, structured
     records["n"] = np.arange(len(records))
@@ -97,7 +100,7 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_p
     any_pool.scatter("rows", big)
     np.testing.assert_array_equal(any_pool.gather("rows"), big)
     assert any_pool.pull("rows", targets=[0])[0].shape[1:] == (2,)
-    assert _shared_files() == before, "every file in shared memory is removed"
+    assert _shared_files(any_pool) == before, "every file in shared memory is removed"
 
 
 def test_scatter_of_fewer_large_rows_than_ranks_leaves_the_last_ranks_empty(any_pool):
@@ -161,7 +164,7 @@ def _busy(pool, rank: int, seconds: float):
 @pytest.mark.parametrize("move", ["push", "scatter", "pull", "gather"])
 def test_a_data_move_that_passes_its_timeout_says_where_each_rank_stands(pool4, move):
     pool4.push({"moved": np.zeros(4)})
-    shared_before = _shared_files()
+    shared_before = _shared_files(pool4)
     sleeping = _busy(pool4, 1, 3)
     began = time.monotonic()
     with pytest.raises(mpinb.TransferTimeoutError) as info:
@@ -184,7 +187,7 @@ def test_a_data_move_that_passes_its_timeout_says_where_each_rank_stands(pool4, 
         assert sums[1] == 0.0 and all(sums[rank] > 0 for rank in (0, 2, 3)), sums
     else:
         assert set(sums.values()) == {0.0}, sums
-    assert _shared_files() <= shared_before, "no file is left in shared memory"
+    assert _shared_files(pool4) <= shared_before, "no file is left in shared memory"
 
 
 def test_the_stop_button_ends_a_data_move_and_says_where_each_rank_stands(pool4):

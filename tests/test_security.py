@@ -19,7 +19,7 @@ import zmq
 from conftest import wait_until_gone
 
 import mpinb
-from mpinb._leftovers import MPI_SEGMENT_PREFIXES
+from mpinb._leftovers import mpi_segments
 
 STRANGER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 can_be_a_stranger = os.geteuid() == 0 and psutil.POSIX and os.path.exists("/usr/bin/setpriv")
@@ -227,7 +227,6 @@ def test_a_reply_too_large_for_the_relay_is_fetched_from_its_rank_exactly(monkey
 
 def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
     """SIGKILL gives the notebook no chance to clean up: the watchdog sweeps what the pool made."""
-    segments_before = {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")}
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import json, os, sys
@@ -249,7 +248,7 @@ def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
         files = [*glob.glob(os.path.join(made["profile"], "security", pattern)),
                  *glob.glob(os.path.join(made["profile"], "log", pattern))]
         assert files and os.path.isdir(made["run"]) and os.path.isdir(made["stacks"])
-        segments = {path for prefix in MPI_SEGMENT_PREFIXES for path in glob.glob(prefix + "*")} - segments_before
+        segments = {path for path, _ in mpi_segments(made["pids"])}  # (this pool's: others may run beside)
         owner.send_signal(signal.SIGKILL)
         owner.wait(5)
         assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
+import shutil
 import sys
 import tarfile
 import urllib.request
@@ -44,9 +46,16 @@ def fetch(cache: Path) -> Path:
     prefix = f"mpi4py-{release}/test/"
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
         members = [m for m in archive.getmembers() if m.name.startswith(prefix) and m.isfile()]
-        partial = cache / f".mpi4py-{release}.partial"
+        # (a folder of this process's own: `make test` runs test sessions side by side)
+        partial = cache / f".mpi4py-{release}.partial-{os.getpid()}"
         archive.extractall(partial, members=members, filter="data")
-    partial.joinpath(f"mpi4py-{release}").rename(cache / f"mpi4py-{release}")
+    try:
+        partial.joinpath(f"mpi4py-{release}").rename(cache / f"mpi4py-{release}")
+    except OSError:
+        if not (testdir / "main.py").exists():
+            raise
+        shutil.rmtree(partial)  # another session's fetch got there first: the same files
+        return testdir
     partial.rmdir()
     return testdir
 
