@@ -98,12 +98,13 @@ docs: install
 	@echo "mpinb: the site is in build/docs/index.html"
 
 # The whole suite on the chosen MPI (the site first: a browser test reads it); on MPICH (the
-# default) also the core tests on Intel MPI and Open MPI. These run beside the site and MPICH's
-# tests (two lanes on two cores: each alone leaves a core idle for much of its time, waiting for
-# hangs to be diagnosed and timeouts to pass), except Open MPI's tests that make hosts of their
-# own (network namespaces, a Slurm cluster): MPICH's tests make the same hosts, so those come
-# last. Each test run marks its processes and checks only its own MPI's files (tests/conftest.py);
-# the site's pools are marked too. A failing stage does not stop the ones after it (one failure
+# default) also the core tests on Intel MPI and Open MPI. These run beside MPICH's tests (two
+# lanes on two cores: each alone leaves a core idle for much of its time, waiting for hangs to
+# be diagnosed and timeouts to pass), but not beside the site, whose tutorials time MPI and check
+# the shape of what they measure; nor do Open MPI's tests that make hosts of their own (network
+# namespaces, a Slurm cluster): MPICH's tests make the same hosts, so those come last. Each test
+# run marks its processes and checks only its own MPI's files (tests/conftest.py); the site's
+# pools are marked too. A failing stage does not stop the ones after it (one failure
 # stays one failure in CI's log); the run fails at the end, naming each failed stage. The lane's
 # output is in test-artifacts/, and printed when the lane ends.
 # The site's tutorials run verified (MPINB_VERIFY=1): tests/test_notebooks.py then checks that
@@ -112,6 +113,8 @@ HOST_MAKING_TESTS := tests/test_slurm.py tests/test_multihost.py tests/test_mult
 LANE := test-artifacts/lane
 test: install system lint
 	@failed=""; began=$$(date +%s); \
+	MPINB_TEST_SESSION=site MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	if [ $(MPI) = mpich ]; then \
 	  rm -rf $(LANE) && mkdir -p $(LANE); \
 	  ( for other in impi openmpi; do \
@@ -124,8 +127,6 @@ test: install system lint
 	  lane=$$!; trap 'kill $$lane 2>/dev/null' EXIT; \
 	  echo "mpinb: Intel MPI's and Open MPI's tests run beside; their output follows when they end"; \
 	fi; \
-	MPINB_TEST_SESSION=site MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
-	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-40} $(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed tests"; \
 	echo "mpinb: the tests on $(MPI) took $$(( $$(date +%s) - began )) s"; \
 	if [ $(MPI) = mpich ]; then \
