@@ -319,3 +319,23 @@ def test_the_state_each_es_module_reads_is_the_state_python_syncs():
             assert any(kind in interface[name] for kind in kinds), f"{cls.__name__}.{name}: {interface[name]}"
             if hasattr(trait, "values"):  # an Enum: the same choices
                 assert set(re.findall(r'"(\w+)"', interface[name])) == set(trait.values), f"{cls.__name__}.{name}"
+
+
+def _make_list(name: str) -> list[str]:
+    """The files a list variable of the Makefile names (``NAME := a \\`` continued lines)."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    found = re.search(rf"^{name} := (.*)$", text, re.MULTILINE)
+    assert found, f"the Makefile no longer defines {name}"
+    return found.group(1).split()
+
+
+def test_the_tests_that_make_hosts_never_run_in_make_tests_second_lane():
+    """`make test` runs Open MPI's core tests beside MPICH's, except those that make hosts of
+    their own (network namespaces, a Slurm cluster), since MPICH's make the same: a core test file
+    that makes hosts must be in HOST_MAKING_TESTS, or two runs would make them at once."""
+    making = re.compile(r"\b(from|import) (multihost_cluster|slurm_cluster)\b")
+    makers = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py") if making.search(path.read_text())}
+    assert makers, "no test makes hosts any more: the lanes' rule has nothing to check"
+    core, kept_out = set(_make_list("CORE_TESTS")), set(_make_list("HOST_MAKING_TESTS"))
+    assert core & makers <= kept_out, f"add {sorted(core & makers - kept_out)} to HOST_MAKING_TESTS"
+    assert not set(_make_list("IMPI_TESTS")) & makers, "Intel MPI's tests run in the lane: none may make hosts"
