@@ -145,7 +145,8 @@ test: install system lint
 # among them (`MPINB_STRESS_ABORTS=500 make test` or `python -m bench --only recovery` for more). The
 # whole of `make test` took 46 minutes on two cores with each stage after the other (CI=true
 # .ci/run on a clean clone, 2026-12-04: the site 3.5, MPICH's tests 20.5, Open MPI's 14, Intel
-# MPI's 6), over the 40 it should take: hence the lanes.
+# MPI's 6), over the 40 it should take: hence the lanes. With them it took 32 minutes (two runs,
+# 1939 and 1947 s: the site 3.5, MPICH's tests 23.3 with the lane beside, Open MPI's host tests 4.8).
 test-core: install
 	MPINB_STRESS_ABORTS=$${MPINB_STRESS_ABORTS:-12} MPINB_SUITE_PASSES=$${MPINB_SUITE_PASSES:-traced} \
 	  MPINB_SUITE_SILENT=$${MPINB_SUITE_SILENT:-0} $(BIN)/python -m pytest $(CORE_TESTS) $(PYTEST_ARGS)
