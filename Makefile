@@ -103,17 +103,17 @@ docs: install
 # be diagnosed and timeouts to pass), but not beside the site, whose tutorials time MPI and check
 # the shape of what they measure; nor do Open MPI's tests that make hosts of their own (network
 # namespaces, a Slurm cluster): MPICH's tests make the same hosts, so those come last. Each test
-# run marks its processes and checks only its own MPI's files (tests/conftest.py); the site's
-# pools are marked too. A failing stage does not stop the ones after it (one failure
-# stays one failure in CI's log); the run fails at the end, naming each failed stage. The lane's
-# output is in test-artifacts/, and printed when the lane ends.
+# run marks its processes and checks only its own MPI's files (tests/conftest.py). A failing
+# stage does not stop the ones after it (one failure stays one failure in CI's log); the run
+# fails at the end, naming each failed stage. The lane's output is in test-artifacts/lane/, and
+# is printed when the lane ends.
 # The site's tutorials run verified (MPINB_VERIFY=1): tests/test_notebooks.py then checks that
 # correctness findings show only where a tutorial shows a bug on purpose.
 HOST_MAKING_TESTS := tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py tests/test_faults.py
 LANE := test-artifacts/lane
 test: install system lint
 	@failed=""; began=$$(date +%s); \
-	MPINB_TEST_SESSION=site MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
 	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	if [ $(MPI) = mpich ]; then \
 	  rm -rf $(LANE) && mkdir -p $(LANE); \

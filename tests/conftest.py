@@ -32,7 +32,7 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 OUR_MPINB = os.path.dirname(os.path.abspath(mpinb.__file__))
 # This test run's mark, which every process it starts inherits (ranks and launcher daemons too):
 # `make test` runs the tests on two MPIs side by side from one checkout, and each run's checks
-# must not take the other's pools, or the site's, for its own.
+# must not take the other's pools for its own.
 SESSION_VARIABLE = "MPINB_TEST_SESSION"
 OUR_SESSION = os.environ[SESSION_VARIABLE] = f"pytest-{os.getpid()}"
 
@@ -53,7 +53,7 @@ def pool_processes() -> list[psutil.Process]:
 
 
 def _session_of(proc: psutil.Process) -> str | None:
-    """The test run (or site build) that started the process, if its environment says so."""
+    """The test run that started the process, if its environment says so."""
     try:
         return proc.environ().get(SESSION_VARIABLE)
     except psutil.Error:  # (ended meanwhile, or a zombie: it cannot be told apart)

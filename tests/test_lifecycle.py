@@ -355,17 +355,14 @@ def test_what_mpiexec_leaves_behind_ends_with_it(tmp_path):
 @pytest.mark.parametrize("session, ours", [(None, True), ("another", False)])
 def test_the_leak_checks_take_only_this_test_runs_processes_for_their_own(session, ours):
     """`make test` runs two test runs side by side from one checkout: a process that another run
-    (or the site's build) started is marked so, and is not this run's, so that neither run's
-    checks see the other's pools as left behind."""
+    started is marked so, and is not this run's, so that neither run's checks see the other's
+    pools as left behind."""
     from conftest import OUR_MPINB, SESSION_VARIABLE
 
     env = dict(os.environ, **({SESSION_VARIABLE: session} if session else {}))
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
                                  os.path.join(OUR_MPINB, "rank", "_engine_main.py")], env=env)
-    try:
-        deadline = time.monotonic() + 10
-        while not psutil.Process(stand_in.pid).cmdline() and time.monotonic() < deadline:
-            time.sleep(0.02)  # (until the child has exec'd)
+    try:  # (Popen returns once the child has exec'd: its command line is the stand-in's)
         assert (stand_in.pid in {p.pid for p in pool_processes()}) == ours
     finally:
         stand_in.kill()
