@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -787,6 +788,43 @@ def test_members_in_different_reductions_are_told_so(pool4):
     assert {r: (e.type, said in e.message) for r, e in result.errors.items()} == dict.fromkeys(
         range(4), ("RuntimeError", True)), result.errors
     assert pool4.run("comm.allreduce(1)").value == dict.fromkeys(range(4), 4)
+
+
+# A reduction that runs as the blocking call is first tried on a revoked copy, unless arguments of
+# the same key passed that already (mpinb/rank/_tracer.c, CallKey): after a run of good calls, each
+# way one rank's arguments change must still be tried, or the others would block for good.
+CHANGED_ARGUMENTS = {
+    "read-only receive buffer": ("y.setflags(write=False)", "BufferError"),
+    "other format, same memory": ("y = y.view(np.int64)", "ValueError"),
+    "shorter receive buffer": ("y = y[:2]", "ValueError"),
+    "every other element": ("y = np.empty(8)[::2]", "BufferError"),
+    "an operation the datatype has not": ("op = MPI.BAND", "mpi4py.MPI.Exception"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", CHANGED_ARGUMENTS, ids=list(CHANGED_ARGUMENTS))
+def test_a_reduction_whose_arguments_change_on_one_rank_is_refused_there_alone(pool4, case):
+    blocking = pool4.run("from mpinb.rank._collectives import BLOCKING_AFTER_AGREEMENT\n"
+                         "'Allreduce' in BLOCKING_AFTER_AGREEMENT").value[0]
+    if not blocking:
+        pytest.skip("this MPI's traced reductions are polled nonblocking calls (nothing is rehearsed)")
+    change, error = CHANGED_ARGUMENTS[case]
+    if "operation" in case and not pool4.run("from mpinb.rank._collectives import _REVOCABLE\n_REVOCABLE").value[0]:
+        pytest.skip("only MPI refuses this, and this MPI cannot revoke a rehearsal's copy (README: the pool restarts)")
+    # (one call site, so that its fourth call is the same call as the three good ones but for the change)
+    cell = ("x = np.ones(4); y = np.empty(4); op = MPI.SUM\n"
+            "for i in range(4):\n"
+            f"    if i == 3 and rank == 2:\n        {change}\n"
+            "    comm.Allreduce(x, y, op=op)\n")
+    began = time.monotonic()
+    with pytest.raises(mpinb.RankError) as info:
+        pool4.run(cell, timeout=20)
+    assert time.monotonic() - began < 5, "the other ranks waited where an interrupt reaches them"
+    (ranks, failure), = info.value.groups()
+    assert (ranks, failure.type) == ([2], error), str(info.value)
+    assert "restarted" not in str(info.value)
+    assert pool4.run("comm.allreduce(rank)").value == dict.fromkeys(range(4), 6)
 
 
 @pytest.mark.timeout(120)

@@ -409,6 +409,36 @@ static int probe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_S
     return spin(test_probe, &p, ierr);
 }
 
+/* ---- what a reduction's rehearsal depends on ------------------------------------------------
+ * A traced reduction that runs as the blocking call (Open MPI's, Intel MPI's) is first tried on a
+ * revoked copy of its communicator (_collectives.rehearse): a call into Python that raises and
+ * catches MPI's refusal, a few microseconds of CPU per call, which more ranks than cores turn into
+ * several times that in waiting. Whether MPI and mpi4py accept the arguments depends only on the
+ * communicator (its handle, size, rank and kind) and on what each argument is: its type; for a
+ * buffer, its address, layout, format and writability; an int's value; an operation's or a
+ * datatype's handle. A call whose arguments match, in all of these, a call that passed its
+ * rehearsal is not tried again. Any other kind of argument (a [buffer, datatype] list, a DLPack
+ * array without the buffer protocol, ...) is tried every time. */
+enum { KEYED_ARGUMENTS = 6, KEYED_DIMENSIONS = 4, KEYED_FORMAT = 16, CALLS_KEPT = 4 };
+
+typedef struct {
+    PyTypeObject *type;  /* held by a kept key, so that its address cannot stand for another type */
+    void *buf;
+    Py_ssize_t len, itemsize, shape[KEYED_DIMENSIONS], strides[KEYED_DIMENSIONS];
+    int readonly, ndim;
+    char format[KEYED_FORMAT];
+    long long value;     /* an int's value, or an MPI handle's bytes */
+} ArgumentKey;
+
+typedef struct {
+    int kept;
+    MPI_Comm comm;
+    int size, rank, inter;
+    PyObject *kwnames;   /* held by a kept key */
+    Py_ssize_t count;
+    ArgumentKey arguments[KEYED_ARGUMENTS];
+} CallKey;
+
 /* ---- Method: a traced call, as a method descriptor ----------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -422,6 +452,8 @@ typedef struct {
     int action;
     int root_at;          /* collectives: the root's position, or -1 */
     int bcast;
+    CallKey passed[CALLS_KEPT];  /* the last calls whose rehearsal passed (see CallKey) */
+    int next_passed;
 } Method;
 
 static PyObject *call_fallback(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -921,9 +953,117 @@ static int agree(Method *m, PyObject *self, int root, PyObject *code, int where)
 static PyObject *collective_done(Method *m, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames, int root, double start, PyObject *code, int where);
 
-/* _collectives.rehearse(self, blocking, *args, **kwargs): 0, or -1 with the error the call gives. */
+/* The key of argument ``arg``; 0 if it is of a kind that is not keyed. */
+static int argument_key(PyObject *arg, ArgumentKey *key) {
+    key->type = Py_TYPE(arg);
+    if (arg == Py_None) return 1;
+    if (PyLong_Check(arg)) {
+        int overflow = 0;
+        key->value = PyLong_AsLongLongAndOverflow(arg, &overflow);
+        if (overflow || (key->value == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    if (PyObject_TypeCheck(arg, &PyMPIOp_Type) || PyObject_TypeCheck(arg, &PyMPIDatatype_Type)) {
+        void *handle = PyObject_TypeCheck(arg, &PyMPIOp_Type) ? (void *)PyMPIOp_Get(arg) : (void *)PyMPIDatatype_Get(arg);
+        if (handle == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        _Static_assert(sizeof(MPI_Op) == sizeof(MPI_Datatype) && sizeof(MPI_Op) <= sizeof(long long),
+                       "an operation's or a datatype's handle fits an argument key's value");
+        memcpy(&key->value, handle, sizeof(MPI_Op));
+        return 1;
+    }
+    if (!PyObject_CheckBuffer(arg)) return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *format = view.format ? view.format : "B";
+    int keyed = view.ndim <= KEYED_DIMENSIONS && view.suboffsets == NULL && strlen(format) < KEYED_FORMAT;
+    if (keyed) {
+        key->buf = view.buf;
+        key->len = view.len;
+        key->itemsize = view.itemsize;
+        key->readonly = view.readonly;
+        key->ndim = view.ndim;
+        for (int d = 0; d < view.ndim; d++) {
+            key->shape[d] = view.shape[d];
+            key->strides[d] = view.strides[d];
+        }
+        strcpy(key->format, format);
+    }
+    PyBuffer_Release(&view);
+    return keyed;
+}
+
+/* The key of a call on ``args[0]``; 0 if it has an argument that is not keyed. */
+static int call_key(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, CallKey *key) {
+    memset(key, 0, sizeof *key);
+    key->count = nargs - 1 + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (key->count > KEYED_ARGUMENTS) return 0;
+    MPI_Comm *comm = PyMPIComm_Get(args[0]);
+    if (comm == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    key->comm = *comm;
+    if (MPI_Comm_size(*comm, &key->size) != MPI_SUCCESS || MPI_Comm_rank(*comm, &key->rank) != MPI_SUCCESS
+        || MPI_Comm_test_inter(*comm, &key->inter) != MPI_SUCCESS)
+        return 0;
+    key->kwnames = kwnames;
+    for (Py_ssize_t i = 0; i < key->count; i++)
+        if (!argument_key(args[1 + i], &key->arguments[i])) return 0;
+    return 1;
+}
+
+static int same_argument(const ArgumentKey *a, const ArgumentKey *b) {
+    if (a->type != b->type || a->buf != b->buf || a->len != b->len || a->itemsize != b->itemsize
+        || a->readonly != b->readonly || a->ndim != b->ndim || a->value != b->value || strcmp(a->format, b->format))
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return 0;
+    return 1;
+}
+
+static int same_call(const CallKey *a, const CallKey *b) {
+    if (!a->kept || a->comm != b->comm || a->size != b->size || a->rank != b->rank || a->inter != b->inter
+        || a->kwnames != b->kwnames || a->count != b->count)
+        return 0;
+    for (Py_ssize_t i = 0; i < a->count; i++)
+        if (!same_argument(&a->arguments[i], &b->arguments[i])) return 0;
+    return 1;
+}
+
+static void forget_call(CallKey *key) {
+    if (!key->kept) return;
+    for (Py_ssize_t i = 0; i < key->count; i++) Py_XDECREF(key->arguments[i].type);
+    Py_XDECREF(key->kwnames);
+    key->kept = 0;
+}
+
+static void keep_passed(Method *m, const CallKey *key) {
+    CallKey *slot = &m->passed[m->next_passed];
+    m->next_passed = (m->next_passed + 1) % CALLS_KEPT;
+    forget_call(slot);
+    *slot = *key;
+    for (Py_ssize_t i = 0; i < slot->count; i++) Py_INCREF(slot->arguments[i].type);
+    Py_XINCREF(slot->kwnames);
+    slot->kept = 1;
+}
+
+/* _collectives.rehearse(self, blocking, *args, **kwargs), unless arguments of the same key
+ * passed it already (see CallKey): 0, or -1 with the error the call gives. */
 static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    CallKey key;
+    int keyed = call_key(args, nargs, kwnames, &key);
+    for (int k = 0; keyed && k < CALLS_KEPT; k++)
+        if (same_call(&m->passed[k], &key)) return 0;
     PyObject *stack[18];
     if (total > 16) {
         PyErr_SetString(PyExc_TypeError, "too many arguments");
@@ -933,6 +1073,7 @@ static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *
     stack[1] = m->blocking;
     memcpy(stack + 2, args + 1, (size_t)(total - 1) * sizeof(PyObject *));
     PyObject *done = PyObject_Vectorcall(rehearse, stack, (size_t)(nargs + 1), kwnames);
+    if (done != NULL && keyed) keep_passed(m, &key);
     Py_XDECREF(done);
     return done == NULL ? -1 : 0;
 }
@@ -1034,6 +1175,7 @@ static PyObject *Method_get(PyObject *self, PyObject *obj, PyObject *type) {
 }
 
 static void Method_dealloc(Method *self) {
+    for (int k = 0; k < CALLS_KEPT; k++) forget_call(&self->passed[k]);
     Py_XDECREF(self->name);
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->polled);
@@ -1118,6 +1260,8 @@ static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs)
     m->action = which;
     m->root_at = root_at;
     m->bcast = bcast;
+    memset(m->passed, 0, sizeof m->passed);
+    m->next_passed = 0;
     return (PyObject *)m;
 }
 
