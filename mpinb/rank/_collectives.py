@@ -225,18 +225,24 @@ _LOCAL_REHEARSALS = frozenset({"Allreduce", "Scan", "Exscan"})
 def _refused_by_mpi4py(args: tuple, kwargs: dict) -> bool:
     """Whether mpi4py looks set to refuse these buffers of ``Allreduce``, ``Scan`` or ``Exscan``:
     a message that is not a buffer (nor ``[buffer, ...]``, ``IN_PLACE``, ``BOTTOM`` or ``None``,
-    nor an array of a device: DLPack, CUDA's interface), or bare send and receive buffers of
-    different sizes or types. A guess on the safe side: ``rehearse`` lets mpi4py decide."""
+    nor an array of a device: DLPack, CUDA's interface), a buffer that is not contiguous, a
+    receive buffer that is read-only, or bare send and receive buffers of different sizes or
+    types. A guess on the safe side: ``rehearse`` lets mpi4py decide. (A numpy array has
+    ``__dlpack__`` too, and is read here as the buffer that it also is.)"""
     views: list[memoryview | None] = []
     for message in (arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")):
         first = message[0] if isinstance(message, (list, tuple)) and message else message
-        if first is None or first is MPI.IN_PLACE or first is MPI.BOTTOM or hasattr(first, "__dlpack__") \
-                or hasattr(first, "__cuda_array_interface__"):
+        if first is None or first is MPI.IN_PLACE or first is MPI.BOTTOM:
             views.append(None)
             continue
         try:
             view = memoryview(first)
         except TypeError:
+            if hasattr(first, "__dlpack__") or hasattr(first, "__cuda_array_interface__"):
+                views.append(None)  # an array of a device
+                continue
+            return True
+        if not view.contiguous or (len(views) == 1 and view.readonly):
             return True
         views.append(view if first is message else None)  # ([buffer, count, type]: mpi4py's to read)
     send, receive = views
