@@ -1041,9 +1041,9 @@ static int same_call(const CallKey *a, const CallKey *b) {
 
 static void forget_call(CallKey *key) {
     if (!key->kept) return;
+    key->kept = 0;  /* first: freeing a type below may run Python code, and another thread with it */
     for (Py_ssize_t i = 0; i < key->count; i++) Py_XDECREF(key->arguments[i].type);
     Py_XDECREF(key->kwnames);
-    key->kept = 0;
 }
 
 static void keep_passed(Method *m, const CallKey *key) {
