@@ -234,13 +234,10 @@ def tracing_cost() -> list[tuple]:
     # wait that spun without yielding once made this 100x slower). Each traced reduction that
     # runs as the blocking call waits for every member first, which costs most when ranks queue
     # for a core. Four per core only up to 64 ranks: past that the pool itself is the test.
-    cores = os.cpu_count() or 1
-    for crowd in (2 * cores, 4 * cores):
-        if crowd == 4 * cores and crowd > 64:
-            continue
+    cores, key = os.cpu_count() or 1, "allreduce_16kb_ms"
+    for crowd in [2 * cores] + ([4 * cores] if 4 * cores <= 64 else []):
         with mpinb.Pool(crowd) as pool:
             on, off = _on_off(pool, "crowd")
-        key = "allreduce_16kb_ms"
         rows.append((f"traced 16 kB Allreduce, {crowd} ranks on {cores} cores (ms)", _median(on, key),
                      "tracing off", _median(off, key), _paired(on, off, key, rate=False)))
     return rows

@@ -777,10 +777,14 @@ def test_traced_reductions_give_the_bits_of_untraced_ones(pool4, python_tracer_p
     assert len({untraced[r][0] for r in range(4)}) == 1, "every rank has the same sum"
 
 
+def blocking_reductions(pool) -> list[str]:
+    """The reductions that this MPI's traced calls run as the blocking call (see _collectives)."""
+    return pool.run("from mpinb.rank._collectives import BLOCKING_AFTER_AGREEMENT\n"
+                    "sorted(BLOCKING_AFTER_AGREEMENT)").value[0]
+
+
 def test_members_in_different_reductions_are_told_so(pool4):
-    blocking = pool4.run("from mpinb.rank._collectives import BLOCKING_AFTER_AGREEMENT\n"
-                         "sorted(BLOCKING_AFTER_AGREEMENT)").value[0]
-    if not blocking:
+    if not blocking_reductions(pool4):
         pytest.skip("this MPI's traced reductions are polled nonblocking calls (the hang watch names a mismatch)")
     cell = "x = np.ones(3); y = np.empty(3)\ncomm.Allreduce(x, y) if rank else comm.Scan(x, y)"
     result = pool4.run(cell, check=False, timeout=60)
@@ -805,9 +809,7 @@ CHANGED_ARGUMENTS = {
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", CHANGED_ARGUMENTS, ids=list(CHANGED_ARGUMENTS))
 def test_a_reduction_whose_arguments_change_on_one_rank_is_refused_there_alone(pool4, case):
-    blocking = pool4.run("from mpinb.rank._collectives import BLOCKING_AFTER_AGREEMENT\n"
-                         "'Allreduce' in BLOCKING_AFTER_AGREEMENT").value[0]
-    if not blocking:
+    if "Allreduce" not in blocking_reductions(pool4):
         pytest.skip("this MPI's traced reductions are polled nonblocking calls (nothing is rehearsed)")
     change, error = CHANGED_ARGUMENTS[case]
     if "operation" in case and not pool4.run("from mpinb.rank._collectives import _REVOCABLE\n_REVOCABLE").value[0]:

@@ -230,7 +230,7 @@ def _refused_by_mpi4py(args: tuple, kwargs: dict) -> bool:
     types. A guess on the safe side: ``rehearse`` lets mpi4py decide. (A numpy array has
     ``__dlpack__`` too, and is read here as the buffer that it also is.)"""
     views: list[memoryview | None] = []
-    for message in (arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf")):
+    for position, message in enumerate((arg(args, kwargs, 0, "sendbuf"), arg(args, kwargs, 1, "recvbuf"))):
         first = message[0] if isinstance(message, (list, tuple)) and message else message
         if first is None or first is MPI.IN_PLACE or first is MPI.BOTTOM:
             views.append(None)
@@ -242,7 +242,7 @@ def _refused_by_mpi4py(args: tuple, kwargs: dict) -> bool:
                 views.append(None)  # an array of a device
                 continue
             return True
-        if not view.contiguous or (len(views) == 1 and view.readonly):
+        if not view.contiguous or (position == 1 and view.readonly):
             return True
         views.append(view if first is message else None)  # ([buffer, count, type]: mpi4py's to read)
     send, receive = views

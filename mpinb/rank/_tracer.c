@@ -415,8 +415,8 @@ static int probe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_S
  * catches MPI's refusal, a few microseconds of CPU per call, which more ranks than cores turn into
  * several times that in waiting. Whether MPI and mpi4py accept the arguments depends only on the
  * communicator (its handle, size, rank and kind) and on what each argument is: its type; for a
- * buffer, its address, layout, format and writability; an int's value; an operation's or a
- * datatype's handle. A call whose arguments match, in all of these, a call that passed its
+ * buffer, its address, layout, format and writability; an int's value; an operation's handle.
+ * A call whose arguments match, in all of these, a call that passed its
  * rehearsal is not tried again. Any other kind of argument (a [buffer, datatype] list, a DLPack
  * array without the buffer protocol, ...) is tried every time. */
 enum { KEYED_ARGUMENTS = 6, KEYED_DIMENSIONS = 4, KEYED_FORMAT = 16, CALLS_KEPT = 4 };
@@ -427,7 +427,7 @@ typedef struct {
     Py_ssize_t len, itemsize, shape[KEYED_DIMENSIONS], strides[KEYED_DIMENSIONS];
     int readonly, ndim;
     char format[KEYED_FORMAT];
-    long long value;     /* an int's value, or an MPI handle's bytes */
+    long long value;     /* an int's value, or an operation's handle's bytes */
 } ArgumentKey;
 
 typedef struct {
@@ -953,7 +953,8 @@ static int agree(Method *m, PyObject *self, int root, PyObject *code, int where)
 static PyObject *collective_done(Method *m, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames, int root, double start, PyObject *code, int where);
 
-/* The key of argument ``arg``; 0 if it is of a kind that is not keyed. */
+/* The key of argument ``arg``; 0 if it is of a kind that is not keyed. (A reduction takes no bare
+ * datatype: one comes only in a [buffer, count, datatype] list, which is not keyed.) */
 static int argument_key(PyObject *arg, ArgumentKey *key) {
     key->type = Py_TYPE(arg);
     if (arg == Py_None) return 1;
@@ -966,15 +967,14 @@ static int argument_key(PyObject *arg, ArgumentKey *key) {
         }
         return 1;
     }
-    if (PyObject_TypeCheck(arg, &PyMPIOp_Type) || PyObject_TypeCheck(arg, &PyMPIDatatype_Type)) {
-        void *handle = PyObject_TypeCheck(arg, &PyMPIOp_Type) ? (void *)PyMPIOp_Get(arg) : (void *)PyMPIDatatype_Get(arg);
-        if (handle == NULL) {
+    if (PyObject_TypeCheck(arg, &PyMPIOp_Type)) {
+        MPI_Op *op = PyMPIOp_Get(arg);
+        if (op == NULL) {
             PyErr_Clear();
             return 0;
         }
-        _Static_assert(sizeof(MPI_Op) == sizeof(MPI_Datatype) && sizeof(MPI_Op) <= sizeof(long long),
-                       "an operation's or a datatype's handle fits an argument key's value");
-        memcpy(&key->value, handle, sizeof(MPI_Op));
+        _Static_assert(sizeof(MPI_Op) <= sizeof(long long), "an operation's handle fits an argument key's value");
+        memcpy(&key->value, op, sizeof(MPI_Op));
         return 1;
     }
     if (!PyObject_CheckBuffer(arg)) return 0;
