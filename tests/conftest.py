@@ -152,13 +152,17 @@ def mpi_temporary_files() -> set[str]:
 
 
 def _orphaned_sessions() -> set[str]:
-    """Open MPI's launcher's session folders ($TMPDIR/ompi.<its pid>) whose launcher is gone."""
+    """Open MPI's launcher's session folders ($TMPDIR/ompi.<its pid>) whose launcher is gone, and
+    every job folder of an MPI singleton (a process that started MPI without mpiexec:
+    $TMPDIR/ompi.<host>.<uid>/jf.0/<job>), which Open MPI 5 leaves even after MPI_Finalize."""
     import glob
     import tempfile
 
-    folders = glob.glob(os.path.join(tempfile.gettempdir(), "ompi.*"))
-    return {path for path in folders
-            if (pid := path.rpartition(".")[2]).isdigit() and not psutil.pid_exists(int(pid))}
+    top = tempfile.gettempdir()
+    launchers = {path for path in glob.glob(os.path.join(top, "ompi.*"))
+                 if (pid := os.path.basename(path).removeprefix("ompi.")).isdigit()
+                 and not psutil.pid_exists(int(pid))}
+    return launchers | set(glob.glob(os.path.join(top, "ompi.*.*", "jf.*", "*")))
 
 
 def intel_mpi() -> bool:

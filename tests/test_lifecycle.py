@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from conftest import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, wait_until_gone
+from conftest import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, this_mpi, wait_until_gone
 
 import mpinb
 from mpinb.pool._launch import find_mpiexec, mpi_family
@@ -331,6 +331,20 @@ def test_the_notebook_process_never_initializes_mpi(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "{0: 1, 1: 1} False"
 
+
+
+def test_the_doctors_look_at_the_library_starts_no_mpi():
+    """``mpinb doctor`` reads the library's version in a process of its own, without mpiexec: one
+    that initialised MPI there would be a singleton, whose session folder and shared-memory
+    segment Open MPI 5 leaves behind (seen: one per ``mpinb doctor``)."""
+    from mpinb.cli._doctor import Report, _Found, _library
+
+    before = mpi_temporary_files()
+    report = Report()
+    _library(report, _Found(2))
+    assert report.problems == 0, report.lines
+    assert "on " + {"Intel MPI": "Intel(R) MPI"}.get(this_mpi(), this_mpi()) in report.lines[0], report.lines
+    assert mpi_temporary_files() - before == set()
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
 @pytest.mark.timeout(30)

@@ -86,10 +86,13 @@ def diagnose(ranks: int = 4, out: TextIO = sys.stdout) -> Report:
 
 
 def _library(report: Report, found: _Found) -> None:
-    code = ("import mpi4py, json, os; from mpi4py import MPI\n"
+    # Loaded, not initialised: a process that initialises MPI without mpiexec is a singleton, and
+    # Open MPI 5's leaves its session folder and a shared-memory segment behind even after
+    # MPI_Finalize. What is read here needs no MPI_Init; the ring test below starts MPI for real.
+    code = ("import mpi4py, json, os; mpi4py.rc.initialize = False; from mpi4py import MPI\n"
             "maps = open('/proc/self/maps').read().splitlines() if os.path.exists('/proc/self/maps') else []\n"
             "print(json.dumps({'mpi4py': mpi4py.__version__, "
-            "'library': ' '.join(MPI.Get_library_version().split()[:3]), "
+            "'library': ' '.join(MPI.Get_library_version().split()[:3]).rstrip(','), "
             "'standard': '%d.%d' % MPI.Get_version(), 'built': mpi4py.get_config().get('mpicc', ''), "
             "'loaded': sorted({l.split()[-1] for l in maps if 'libmpi' in l})}))")
     done = _python(code, timeout=60)
