@@ -20,7 +20,9 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 
-MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.")
+# (Intel MPI unlinks its own once every rank has mapped it: one is left by a rank that dies first)
+MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.",
+                        "/dev/shm/Intel_MPI_")
 LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
 
 Leftover = tuple[str, int]  # (path, inode)

@@ -135,7 +135,8 @@ def kernel_temporary_folders() -> set[str]:
 # Which MPI writes the files of each prefix in mpinb._leftovers: a test run looks only at its own
 # MPI's, so that runs on two MPIs can go side by side (Intel MPI's launcher writes none of them).
 WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPICH",
-              "/dev/shm/sm_segment.": "Open MPI", "/dev/shm/vader_segment.": "Open MPI"}
+              "/dev/shm/sm_segment.": "Open MPI", "/dev/shm/vader_segment.": "Open MPI",
+              "/dev/shm/Intel_MPI_": "Intel MPI"}
 
 
 def mpi_temporary_files() -> set[str]:
