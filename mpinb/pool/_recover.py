@@ -96,6 +96,7 @@ def settle(supervisor: Supervisor, waiting_for: list[int], unstarted: dict[int, 
     client = supervisor.client
     for rank, msg_id in unstarted.items():  # withdrawn from the engine's queue, if still there
         client.abort(jobs=[msg_id], targets=[supervisor.engine_of[rank]], block=False)
+    release_blocked(supervisor, [rank for rank in range(supervisor.settings.n) if rank not in waiting_for])
     probes = {rank: client[supervisor.engine_of[rank]].apply_async(_rank.settle, skip_through)
               for rank in waiting_for}
     reinterrupted = False
@@ -121,6 +122,15 @@ def settle(supervisor: Supervisor, waiting_for: list[int], unstarted: dict[int, 
         except Exception:  # noqa: BLE001 - a rank that cannot even say its state: start afresh
             failed.append(rank)
     return states, failed, []
+
+
+def release_blocked(supervisor: Supervisor, idle: list[int]) -> None:
+    """Ask ``idle`` ranks to make the calls that other members entered ahead of them, so that
+    those return (see ``mpinb.rank._speculation``); the ranks that are busy do the same as they
+    settle. Not waited for: a rank's later requests queue behind it."""
+    client = supervisor.client
+    for rank in idle:
+        client[supervisor.engine_of[rank]].apply_async(_rank.release_blocked)
 
 
 def fresh_world(supervisor: Supervisor, generation: int) -> str | None:

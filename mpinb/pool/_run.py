@@ -17,6 +17,7 @@ from ._debug import Breakpoints, Driver
 from ._hang import Diagnosis, HangWatch
 from ._inspect import inspect
 from ._pending import Pending, send
+from ._recover import release_blocked
 from ._result import RankFailure, RunResult, Stopped
 from ._stacks import Stacks, sample
 from ._streams import OutputCallback, StreamTracker
@@ -119,6 +120,7 @@ def follow(supervisor: Supervisor, call: Callable[..., Reply], args: tuple, rank
                 outcome.released = [r for r, over in zip(ranks, done) if not over]
                 outcome.interrupted_at = time.monotonic()
                 supervisor.interrupt(outcome.released)
+                release_blocked(supervisor, [r for r in range(size) if r not in outcome.released])
             if deadline is not None and time.monotonic() > deadline + paused:
                 outcome.stopped = "timeout"
                 break

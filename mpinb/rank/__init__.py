@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .._shared import SharedArray
 
 __all__ = ["complete", "fresh_world", "hello", "hub_ready", "init", "inspect_name", "join", "offer", "open_hub",
-           "relay", "run_cell", "run_file", "settle", "spread", "take", "take_kept"]
+           "relay", "release_blocked", "run_cell", "run_file", "settle", "spread", "take", "take_kept"]
 
 
 def init() -> None:
@@ -37,6 +37,14 @@ def settle(skip_through: int) -> Settled:
     from ._recovery import settle
 
     return settle(skip_through)
+
+
+def release_blocked() -> int:
+    """After an aborted run, on a rank that is idle: release members blocked in a call that it
+    never made (see :func:`._recovery.release_blocked`)."""
+    from ._recovery import release_blocked
+
+    return release_blocked()
 
 
 def fresh_world(generation: int, timeout: float) -> str | None:

@@ -57,6 +57,10 @@ def _shadow(comm) -> MPI.Intracomm:
             copy, request = PlainIntracomm.Idup(shadow)
             _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
             comm._mpinb_rehearsal = _revoked_copy(PlainIntracomm(copy))
+        if BLOCKING_AFTER_AGREEMENT:
+            from . import _speculation  # (it reaches the C tracer, which is built over this module)
+
+            _speculation.enroll(comm, shadow, polled=True)
     return shadow
 
 
@@ -205,7 +209,9 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
     the same call on ``COMM_SELF``, which raises mpi4py's own error before any message (or, if
     they were fine after all, reduces this rank's values alone, which the real call overwrites).
     What only MPI refuses, and the other reductions' arguments, on some members only, leave the
-    others in the blocking call: the pool then restarts, naming the call from their stacks."""
+    others in the blocking call: the pool then restarts, naming the call from their stacks (but
+    an ``Allreduce`` entered ahead is made by the refused member when the pool recovers, which
+    releases them: see ``_speculation``)."""
     if comm.Get_size() == 1:  # (no one to wait for)
         return
     if not _REVOCABLE:
@@ -396,7 +402,9 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
 # ranks differs in the last bits; Intel MPI's likewise, from 7 values on 4 ranks), so that
 # polling the nonblocking form would change the program's results. Traced, they run as the
 # blocking call itself, once its arguments passed MPI's checks (``rehearse``) and every member
-# has agreed that it is there: the call then cannot wait for a member that never comes. MPICH's
+# has agreed that it is there: the call then cannot wait for a member that never comes. (The C
+# tracer's ``Allreduce``, in a pool on one host, enters without that agreement, and a member
+# that never comes is made to release the others instead: see ``_speculation``.) MPICH's
 # forms give the same bits (tests/test_trace.py checks each MPI), and the polled form is faster
 # there.
 _REDUCTIONS = frozenset({"Reduce", "Allreduce", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"})

@@ -108,6 +108,7 @@ def methods(python: dict) -> dict:
         made[name] = module.method(name, "collective", python[name], polled=polled,
                                    root_at=-1 if root_at is None else root_at, bcast=name == "Bcast",
                                    blocking=getattr(MPI.Intracomm, name) if blocking else None,
-                                   agreed_code=agreed_code(name) if blocking else -1)
+                                   agreed_code=agreed_code(name) if blocking else -1,
+                                   speculative=name == "Allreduce")
     return made
 

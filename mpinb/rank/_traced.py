@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
-from . import _left, _native
+from . import _left, _native, _speculation
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
 from ._intercomms import INTERCOMM_METHODS, INTRACOMM_METHODS, PlainIntercomm
@@ -103,6 +103,7 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
             shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
             if (rehearsal := rehearsal_of(shadow)) is not None:
                 twin._mpinb_rehearsal = rehearsal
+            _speculation.enroll(twin, shadow, polled=False)
     twin._mpinb_shadow = shadow
     if constant:
         twin._mpinb_constant = True
@@ -149,6 +150,7 @@ class _TwinMixin(_MixedInto):
     _mpinb_constant = False
     _mpinb_epoch, _mpinb_calls = -1, 0  # collective calls counted for tags (see ``_exchange``)
     _mpinb_made_in = -1  # the epoch its shadow was made in (see _collectives.release); -1: none made
+    _mpinb_slot = -1  # on the board of calls entered ahead (see _speculation); -1: none
     fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")
 
     @classmethod

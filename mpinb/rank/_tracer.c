@@ -58,6 +58,12 @@ static inline double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static inline double wall_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* ---- the event buffer --------------------------------------------------------------------- */
 typedef struct {
     PyObject *object;        /* an event made in Python (tuple or list), or NULL: the fields */
@@ -448,6 +454,7 @@ typedef struct {
     PyObject *polled;     /* for collectives: mpi4py's nonblocking method ("Iallreduce") */
     PyObject *blocking;   /* or its blocking one, called once the members agree (see agree) */
     int agreed_code;      /* the call's number in the agreement (_collectives.agreed_code) */
+    int speculative;      /* entered ahead of the members where the pool has a board (see speculate) */
     PyObject *doc;
     int action;
     int root_at;          /* collectives: the root's position, or -1 */
@@ -1078,6 +1085,437 @@ static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *
     return done == NULL ? -1 : 0;
 }
 
+/* ---- entering a reduction ahead of its members ----------------------------------------------
+ * Where every rank of the pool shares one host, a traced Allreduce does not wait for the members
+ * to agree that each is there (a barrier's cost, most of it the wait to be scheduled: with more
+ * ranks than cores it was 0.13 of the call's time at 16 kB). Each rank instead says on a board in
+ * shared memory (_speculation.setup) which call it is in, and enters the blocking call at once,
+ * unless another member is, or may be about to be, inside a call that this rank does not know to
+ * be complete: then it waits, polled and interruptible, until every member has arrived. Written
+ * before each rank reads the others' (a sequentially consistent store, then loads), so of two
+ * ranks that enter different calls at the same moment at least one sees the other and waits, a
+ * rank blocked inside MPI only ever waits for ranks that are not: those can always join its call.
+ * When one never comes (a hang, a member that raised first), the pool's recovery asks each idle
+ * rank to make the calls that others entered ahead of it, with placeholder values of the same
+ * count, type and operation (_speculation.release_blocked): the members inside return, see that
+ * they were released, and raise as an interrupted wait does. A call's state is one 64-bit word
+ * (state, communicator's slot, the call's number on it), so no rank reads half of another's. */
+enum { LANES = 4, SLOT_WORDS = 8, MAX_COMMS = 1024, SIGNATURE_FORMAT = 16 };
+enum { S_IDLE = 0, S_ANNOUNCED = 1, S_ENTERED = 2, S_RELEASED = 3 };
+
+static int64_t *board = NULL;  /* slots (ranks x LANES x SLOT_WORDS), counts (ranks x MAX_COMMS), the next slot */
+static Py_buffer board_view;
+static int board_ranks = 0, board_me = -1;
+static int *members_of[MAX_COMMS];    /* this rank's communicators: their members' ranks on the board */
+static int n_members[MAX_COMMS];
+static int64_t done_calls[MAX_COMMS]; /* calls on each that this rank completed (or was released from) */
+static int lane_busy[LANES];          /* (changed with the GIL held) */
+static PyObject *predefined_ops = NULL, *in_place = NULL, *released_fn = NULL, *unpublish_fn = NULL,
+                *wait_arrivals_fn = NULL, *str_slot = NULL;
+static long long entered_ahead = 0, waited_for_members = 0;
+
+/* What a lane's thread is inside, for the thread that publishes long waits (_speculation). */
+typedef struct {
+    int64_t seq;            /* atomic: the entry's number, 0 when not inside */
+    int64_t since_ns;       /* atomic: monotonic */
+    double since_wall;
+    PyObject *comm, *name, *code;  /* borrowed while inside (read with the GIL held) */
+    int where;
+    int64_t published;      /* the entry whose wait was published */
+} Inside;
+static Inside inside[LANES];
+static int64_t inside_entries = 0;
+
+static inline int64_t *slot_of_lane(int rank, int lane) {
+    return board + ((size_t)rank * LANES + (size_t)lane) * SLOT_WORDS;
+}
+static inline int64_t *count_of(int rank, int idx) {
+    return board + (size_t)board_ranks * LANES * SLOT_WORDS + (size_t)rank * MAX_COMMS + (size_t)idx;
+}
+static inline int64_t packed(int64_t state, int64_t idx, int64_t k) { return state | (idx << 2) | (k << 16); }
+static inline int state_of(int64_t word) { return (int)(word & 3); }
+static inline int comm_of(int64_t word) { return (int)((word >> 2) & 0x3fff); }
+static inline int64_t call_of(int64_t word) { return word >> 16; }
+
+/* Whether some member (any lane but ``mine``) is announced or inside another call than (idx, k)
+ * that this rank does not know to be complete (an Allreduce it completed had every member in it). */
+static int others_may_block(int idx, int64_t k, int mine) {
+    for (int i = 0; i < n_members[idx]; i++) {
+        int r = members_of[idx][i];
+        for (int lane = 0; lane < LANES; lane++) {
+            if (r == board_me && lane == mine) continue;
+            int64_t word = __atomic_load_n(slot_of_lane(r, lane), __ATOMIC_SEQ_CST);
+            if (state_of(word) == S_IDLE) continue;
+            int other = comm_of(word);
+            int64_t call = call_of(word);
+            if (other == idx && call == k) continue;
+            if (other < MAX_COMMS && members_of[other] != NULL && done_calls[other] >= call) continue;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int all_arrived(int idx, int64_t k) {
+    for (int i = 0; i < n_members[idx]; i++)
+        if (__atomic_load_n(count_of(members_of[idx][i], idx), __ATOMIC_SEQ_CST) < k) return 0;
+    return 1;
+}
+
+typedef struct { int idx; int64_t k; } Arrival;
+static int test_arrival(void *what, int *flag) {
+    Arrival *a = what;
+    *flag = all_arrived(a->idx, a->k);
+    return MPI_SUCCESS;
+}
+
+/* The communicator's slot on the board (_speculation.enroll), or -1. */
+static int board_slot(PyObject *self) {
+    if (board == NULL) return -1;
+    PyObject *value = PyObject_GetAttr(self, str_slot);
+    if (value == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long idx = PyLong_Check(value) ? PyLong_AsLong(value) : -1;
+    Py_DECREF(value);
+    if (idx == -1 && PyErr_Occurred()) PyErr_Clear();
+    return idx >= 0 && idx < MAX_COMMS && members_of[idx] != NULL ? (int)idx : -1;
+}
+
+/* What a member that never came needs to join this call in its place: the element count, the
+ * buffer's format and the operation (an index in _speculation's predefined ones); count -1 when
+ * the call's form is not one that can be matched so (a [buffer, count, type] list, a user's op). */
+static void write_signature(int64_t *slot, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    slot[1] = -1;
+    memset(&slot[2], 0, SIGNATURE_FORMAT);
+    PyObject *send = argument(args, nargs, kwnames, 0, "sendbuf");
+    PyObject *receive = argument(args, nargs, kwnames, 1, "recvbuf");
+    PyObject *op = argument(args, nargs, kwnames, 2, "op");
+    PyObject *buffer = send == in_place ? receive : send;
+    int which = 0;  /* SUM, mpi4py's default */
+    if (op != NULL) {
+        which = -1;
+        MPI_Op *handle = PyObject_TypeCheck(op, &PyMPIOp_Type) ? PyMPIOp_Get(op) : NULL;
+        for (Py_ssize_t i = 0; handle != NULL && i < PyTuple_GET_SIZE(predefined_ops); i++) {
+            MPI_Op *known = PyMPIOp_Get(PyTuple_GET_ITEM(predefined_ops, i));
+            if (known != NULL && *known == *handle) which = (int)i;
+        }
+        if (PyErr_Occurred()) PyErr_Clear();
+    }
+    Py_buffer view;
+    MPI_Datatype type;
+    int count;
+    if (which < 0 || buffer == NULL || !simple_buffer(buffer, 0, &view, &type, &count)) return;
+    if (view.format != NULL && strlen(view.format) < SIGNATURE_FORMAT) {
+        strcpy((char *)&slot[2], view.format);
+        slot[1] = count;
+        slot[4] = which;
+    } else if (view.format == NULL) {
+        strcpy((char *)&slot[2], "B");
+        slot[1] = count;
+        slot[4] = which;
+    }
+    PyBuffer_Release(&view);
+}
+
+static int take_lane(void) {
+    for (int lane = 0; lane < LANES; lane++)
+        if (!lane_busy[lane]) {
+            lane_busy[lane] = 1;
+            return lane;
+        }
+    return -1;
+}
+
+/* Python's polled wait (interruptible, described to the notebook) for every member to have
+ * arrived at call k on ``idx`` (or, with idx -1, for a free lane): 0, or -1 with its error. */
+static int wait_in_python(PyObject *self, Method *m, PyObject *code, int where, int idx, int64_t k) {
+    PyObject *file = file_of(code);
+    PyObject *done = file == NULL ? NULL
+        : PyObject_CallFunction(wait_arrivals_fn, "OOOiiL", self, m->name, file, line_of(code, where), idx,
+                                (long long)k);
+    Py_XDECREF(file);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* The traced Allreduce on a communicator with a slot on the board (see above). */
+static PyObject *speculate(Method *m, PyObject *self, int idx, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames, double start, PyObject *code, int where) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int lane;
+    while ((lane = take_lane()) < 0)
+        if (wait_in_python(self, m, code, where, -1, 0) < 0) {
+            Py_XDECREF(code);
+            return NULL;
+        }
+    int64_t *slot = slot_of_lane(board_me, lane);
+    int64_t k = __atomic_add_fetch(count_of(board_me, idx), 1, __ATOMIC_SEQ_CST);
+    write_signature(slot, args + 1, nargs - 1, kwnames);
+    __atomic_store_n(slot, packed(S_ANNOUNCED, idx, k), __ATOMIC_SEQ_CST);
+    if (others_may_block(idx, k, lane)) {
+        __atomic_store_n(slot, packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);  /* free while it waits */
+        waited_for_members++;
+        Arrival arrival = {idx, k};
+        int ierr, arrived = spin(test_arrival, &arrival, &ierr);
+        if (arrived == 0 && wait_in_python(self, m, code, where, idx, k) < 0) {
+            lane_busy[lane] = 0;  /* done_calls stays: release_blocked makes this call if others entered it */
+            Py_XDECREF(code);
+            return NULL;
+        }
+    } else {
+        entered_ahead++;
+    }
+    __atomic_store_n(slot, packed(S_ENTERED, idx, k), __ATOMIC_SEQ_CST);
+    Inside *in = &inside[lane];
+    in->comm = self;
+    in->name = m->name;
+    in->code = code;
+    in->where = where;
+    in->since_wall = wall_now();
+    __atomic_store_n(&in->since_ns, (int64_t)(now() * 1e9), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&in->seq, ++inside_entries, __ATOMIC_SEQ_CST);
+    int64_t entry = in->seq;
+    PyObject *returned = PyObject_Vectorcall(m->blocking, args, nargsf, kwnames);
+    __atomic_store_n(&in->seq, 0, __ATOMIC_SEQ_CST);
+    in->comm = in->name = in->code = NULL;
+    int64_t expected = packed(S_ENTERED, idx, k);
+    int released = !__atomic_compare_exchange_n(slot, &expected, packed(S_IDLE, idx, k), 0, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST);
+    if (released) __atomic_store_n(slot, packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
+    if (returned != NULL || released) done_calls[idx] = k;  /* (an error of MPI's own: others may wait in it) */
+    lane_busy[lane] = 0;
+    if (in->published == entry && !released) {  /* its wait was published: say that it is over */
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        PyObject *said = PyObject_CallNoArgs(unpublish_fn);
+        if (said == NULL) PyErr_Clear();
+        Py_XDECREF(said);
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
+    if (released) {
+        Py_XDECREF(returned);
+        PyErr_Clear();
+        PyObject *file = file_of(code);
+        PyObject *error = file == NULL ? NULL
+            : PyObject_CallFunction(released_fn, "OOOid", self, m->name, file, line_of(code, where), in->since_wall);
+        if (error != NULL) PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_XDECREF(error);
+        Py_XDECREF(file);
+        Py_XDECREF(code);
+        return NULL;
+    }
+    if (returned == NULL) {
+        Py_XDECREF(code);
+        return NULL;
+    }
+    Py_DECREF(returned);
+    return collective_done(m, self, args, nargs, kwnames, -1, start, code, where);
+}
+
+/* speculation(board, ranks, me, ops, in_place, released, unpublish, wait_arrivals): the board
+ * (a writable buffer shared by every rank of the pool, zeroed), this rank's place on it, and
+ * what the slow paths call (see _speculation.setup). */
+static PyObject *speculation(PyObject *module, PyObject *args) {
+    PyObject *buffer, *ops, *place, *released, *unpublish, *arrivals;
+    int ranks, me;
+    if (!PyArg_ParseTuple(args, "OiiO!OOOO", &buffer, &ranks, &me, &PyTuple_Type, &ops, &place, &released,
+                          &unpublish, &arrivals))
+        return NULL;
+    if (board != NULL) return PyErr_Format(PyExc_RuntimeError, "the board is set up once");
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    size_t needed = ((size_t)ranks * (LANES * SLOT_WORDS + MAX_COMMS) + 1) * sizeof(int64_t);
+    if (ranks < 1 || me < 0 || me >= ranks || (size_t)view.len < needed || ((uintptr_t)view.buf % 8) != 0) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "a board of %zd bytes for %d ranks (%zu needed)", view.len, ranks,
+                            needed);
+    }
+    board_view = view;  /* kept for good: the buffer's owner stays alive */
+    board = view.buf;
+    board_ranks = ranks;
+    board_me = me;
+    Py_INCREF(ops);
+    predefined_ops = ops;
+    Py_INCREF(place);
+    in_place = place;
+    Py_INCREF(released);
+    released_fn = released;
+    Py_INCREF(unpublish);
+    unpublish_fn = unpublish;
+    Py_INCREF(arrivals);
+    wait_arrivals_fn = arrivals;
+    Py_RETURN_NONE;
+}
+
+/* speculation_comm(idx, members): a communicator of this rank got slot idx; members are its
+ * members' ranks on the board. */
+static PyObject *speculation_comm(PyObject *module, PyObject *args) {
+    int idx;
+    PyObject *members;
+    if (!PyArg_ParseTuple(args, "iO!", &idx, &PyTuple_Type, &members)) return NULL;
+    if (board == NULL || idx < 0 || idx >= MAX_COMMS) return PyErr_Format(PyExc_ValueError, "no slot %d", idx);
+    Py_ssize_t n = PyTuple_GET_SIZE(members);
+    int *list = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    if (list == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long r = PyLong_AsLong(PyTuple_GET_ITEM(members, i));
+        if (r < 0 || r >= board_ranks) {
+            PyMem_Free(list);
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "rank %ld is not on the board", r);
+            return NULL;
+        }
+        list[i] = (int)r;
+    }
+    PyMem_Free(members_of[idx]);
+    members_of[idx] = list;
+    n_members[idx] = (int)n;
+    done_calls[idx] = __atomic_load_n(count_of(board_me, idx), __ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
+/* speculation_reset(): after an aborted run (every rank, in a fresh world): counts start again. */
+static PyObject *speculation_reset(PyObject *module, PyObject *unused) {
+    if (board == NULL) Py_RETURN_NONE;
+    for (int idx = 0; idx < MAX_COMMS; idx++) {
+        __atomic_store_n(count_of(board_me, idx), 0, __ATOMIC_SEQ_CST);
+        done_calls[idx] = 0;
+    }
+    for (int lane = 0; lane < LANES; lane++)
+        if (!lane_busy[lane]) __atomic_store_n(slot_of_lane(board_me, lane), 0, __ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
+static PyObject *speculation_arrived(PyObject *module, PyObject *args) {
+    int idx;
+    long long k;
+    if (!PyArg_ParseTuple(args, "iL", &idx, &k)) return NULL;
+    if (idx < 0) {
+        for (int lane = 0; lane < LANES; lane++)
+            if (!lane_busy[lane]) Py_RETURN_TRUE;
+        Py_RETURN_FALSE;
+    }
+    if (board == NULL || idx >= MAX_COMMS || members_of[idx] == NULL) Py_RETURN_TRUE;
+    return PyBool_FromLong(all_arrived(idx, k));
+}
+
+/* speculation_duties() -> [(idx, k, count, format, op)]: the calls that members entered ahead
+ * of this rank (which did not make them, and made every call before them on that communicator). */
+static PyObject *speculation_duties(PyObject *module, PyObject *unused) {
+    PyObject *duties = PyList_New(0);
+    if (duties == NULL || board == NULL) return duties;
+    for (int r = 0; r < board_ranks; r++) {
+        for (int lane = 0; lane < LANES; lane++) {
+            int64_t *slot = slot_of_lane(r, lane);
+            int64_t word = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
+            int state = state_of(word), idx = comm_of(word);
+            int64_t k = call_of(word);
+            if ((state != S_ENTERED && state != S_RELEASED) || idx >= MAX_COMMS || members_of[idx] == NULL ||
+                done_calls[idx] != k - 1 || (r == board_me && lane_busy[lane]))
+                continue;
+            char format[SIGNATURE_FORMAT + 1] = {0};
+            memcpy(format, &slot[2], SIGNATURE_FORMAT);
+            PyObject *duty = Py_BuildValue("(iLLsL)", idx, (long long)k, (long long)slot[1], format, (long long)slot[4]);
+            int found = duty == NULL ? -1 : PySequence_Contains(duties, duty);
+            if (found == 0 && PyList_Append(duties, duty) < 0) found = -1;
+            Py_XDECREF(duty);
+            if (found < 0) {
+                Py_DECREF(duties);
+                return NULL;
+            }
+        }
+    }
+    return duties;
+}
+
+/* speculation_try_proxy(idx, k) -> bool: whether this rank may now make call k on idx in the
+ * place of its own (the same rule as entering); if so it is inside it, and the members that
+ * entered it ahead are marked released. speculation_left(idx, k) when the call is made. */
+static PyObject *speculation_try_proxy(PyObject *module, PyObject *args) {
+    int idx;
+    long long k;
+    if (!PyArg_ParseTuple(args, "iL", &idx, &k)) return NULL;
+    if (board == NULL || idx < 0 || idx >= MAX_COMMS || members_of[idx] == NULL || lane_busy[0])
+        Py_RETURN_FALSE;
+    int64_t *slot = slot_of_lane(board_me, 0);
+    int64_t *count = count_of(board_me, idx);
+    if (__atomic_load_n(count, __ATOMIC_SEQ_CST) < k) __atomic_store_n(count, k, __ATOMIC_SEQ_CST);
+    __atomic_store_n(slot, packed(S_ANNOUNCED, idx, k), __ATOMIC_SEQ_CST);
+    if (others_may_block(idx, k, 0)) {
+        __atomic_store_n(slot, packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
+        Py_RETURN_FALSE;
+    }
+    lane_busy[0] = 1;
+    __atomic_store_n(slot, packed(S_ENTERED, idx, k), __ATOMIC_SEQ_CST);
+    for (int i = 0; i < n_members[idx]; i++)
+        for (int lane = 0; lane < LANES; lane++) {
+            int64_t expected = packed(S_ENTERED, idx, k);
+            if (members_of[idx][i] == board_me && lane == 0) continue;
+            __atomic_compare_exchange_n(slot_of_lane(members_of[idx][i], lane), &expected,
+                                        packed(S_RELEASED, idx, k), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *speculation_left(PyObject *module, PyObject *args) {
+    int idx;
+    long long k;
+    if (!PyArg_ParseTuple(args, "iL", &idx, &k)) return NULL;
+    if (board != NULL && idx >= 0 && idx < MAX_COMMS) {
+        __atomic_store_n(slot_of_lane(board_me, 0), packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
+        if (done_calls[idx] < k) done_calls[idx] = k;
+        lane_busy[0] = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+/* speculation_wait_inside(after) -> (comm, name, file, line, since): blocks (without the GIL)
+ * until a lane of this rank has been inside a call entered ahead for ``after`` seconds, and
+ * that wait was not yet given; for the thread that publishes it (_speculation). */
+static PyObject *speculation_wait_inside(PyObject *module, PyObject *arg) {
+    double after = PyFloat_AsDouble(arg);
+    if (after == -1.0 && PyErr_Occurred()) return NULL;
+    while (1) {
+        Py_BEGIN_ALLOW_THREADS
+        int found = 0;
+        while (!found) {
+            struct timespec pause = {0, 50 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            int64_t at = (int64_t)(now() * 1e9);
+            for (int lane = 0; lane < LANES && !found; lane++) {
+                int64_t seq = __atomic_load_n(&inside[lane].seq, __ATOMIC_SEQ_CST);
+                int64_t since = __atomic_load_n(&inside[lane].since_ns, __ATOMIC_SEQ_CST);
+                found = seq != 0 && seq != inside[lane].published && at - since >= (int64_t)(after * 1e9);
+            }
+        }
+        Py_END_ALLOW_THREADS
+        for (int lane = 0; lane < LANES; lane++) {  /* with the GIL: the entering thread is not mid-step */
+            Inside *in = &inside[lane];
+            if (in->seq != 0 && in->seq != in->published && in->comm != NULL &&
+                (int64_t)(now() * 1e9) - in->since_ns >= (int64_t)(after * 1e9)) {
+                in->published = in->seq;
+                PyObject *file = file_of(in->code);
+                if (file == NULL) return NULL;
+                return Py_BuildValue("OONid", in->comm, in->name, file, line_of(in->code, in->where), in->since_wall);
+            }
+        }
+        if (PyErr_CheckSignals() < 0) return NULL;
+    }
+}
+
+/* speculation_new_slot(): a slot number never given before in this pool (one member asks for all). */
+static PyObject *speculation_new_slot(PyObject *module, PyObject *unused) {
+    if (board == NULL) return PyLong_FromLong(-1);
+    int64_t *next = board + (size_t)board_ranks * LANES * SLOT_WORDS + (size_t)board_ranks * MAX_COMMS;
+    return PyLong_FromLongLong((long long)__atomic_fetch_add(next, 1, __ATOMIC_SEQ_CST));
+}
+
+static PyObject *speculation_counts(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("{sOsLsL}", "on", board != NULL ? Py_True : Py_False, "ahead", entered_ahead, "waited",
+                         waited_for_members);
+}
+
 static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *self = args[0];
@@ -1088,9 +1526,18 @@ static PyObject *do_collective(Method *m, PyObject *const *args, size_t nargsf, 
     PyObject *code = caller(&where);
     double start = now();
     if (m->blocking != Py_None) {  /* the call itself (mpi4py parses, and releases the GIL in it) */
-        if (is_revoked(self) == 0 && (rehearsed(m, args, nargsf, kwnames) < 0 || agree(m, self, root, code, where) < 0)) {
-            Py_XDECREF(code);
-            return NULL;
+        int idx = -1;
+        if (is_revoked(self) == 0) {
+            if (rehearsed(m, args, nargsf, kwnames) < 0) {
+                Py_XDECREF(code);
+                return NULL;
+            }
+            if (m->speculative && (idx = board_slot(self)) >= 0)
+                return speculate(m, self, idx, args, nargsf, kwnames, start, code, where);
+            if (agree(m, self, root, code, where) < 0) {
+                Py_XDECREF(code);
+                return NULL;
+            }
         }
         PyObject *returned = PyObject_Vectorcall(m->blocking, args, nargsf, kwnames);
         if (returned == NULL) {
@@ -1230,12 +1677,12 @@ static const char *const ACTIONS[] = {"send", "recv", "send_object", "recv_objec
 
 static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"name", "action", "fallback", "polled", "root_at", "bcast", "blocking",
-                               "agreed_code", NULL};
+                               "agreed_code", "speculative", NULL};
     PyObject *name, *fallback, *polled = Py_None, *blocking = Py_None;
     const char *action;
-    int root_at = -1, bcast = 0, agreed_code = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UsO|OipOi", keywords, &name, &action, &fallback, &polled,
-                                     &root_at, &bcast, &blocking, &agreed_code))
+    int root_at = -1, bcast = 0, agreed_code = -1, speculative = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UsO|OipOip", keywords, &name, &action, &fallback, &polled,
+                                     &root_at, &bcast, &blocking, &agreed_code, &speculative))
         return NULL;
     int which = -1;
     for (int i = 0; ACTIONS[i]; i++)
@@ -1255,6 +1702,7 @@ static PyObject *make_method(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_INCREF(blocking);
     m->blocking = blocking;
     m->agreed_code = agreed_code;
+    m->speculative = speculative && blocking != Py_None;
     m->doc = PyObject_GetAttrString(fallback, "__doc__");
     if (m->doc == NULL) PyErr_Clear();
     m->action = which;
@@ -1392,6 +1840,21 @@ static PyMethodDef functions[] = {
     {"add", add, METH_O, "add(event): an event made in Python, in call order with the C ones."},
     {"stop", stop, METH_NOARGS, "stop() -> (events as the schema's tuples, dropped): recording ends."},
     {"count", count, METH_NOARGS, "How many events are held now."},
+    {"speculation", speculation, METH_VARARGS,
+     "speculation(board, ranks, me, ops, in_place, released, unpublish, wait_arrivals): the shared board."},
+    {"speculation_comm", speculation_comm, METH_VARARGS, "speculation_comm(idx, members): a communicator's slot."},
+    {"speculation_reset", speculation_reset, METH_NOARGS, "After an aborted run: this rank's counts start again."},
+    {"speculation_arrived", speculation_arrived, METH_VARARGS,
+     "speculation_arrived(idx, k): whether every member arrived at call k (idx -1: a lane is free)."},
+    {"speculation_duties", speculation_duties, METH_NOARGS,
+     "speculation_duties() -> [(idx, k, count, format, op)]: calls that members entered ahead of this rank."},
+    {"speculation_try_proxy", speculation_try_proxy, METH_VARARGS,
+     "speculation_try_proxy(idx, k) -> bool: inside call k on idx in the place of this rank's own, if it may."},
+    {"speculation_left", speculation_left, METH_VARARGS, "speculation_left(idx, k): the proxy call is made."},
+    {"speculation_wait_inside", speculation_wait_inside, METH_O,
+     "speculation_wait_inside(after) -> (comm, name, file, line, since): a call entered ahead, waiting that long."},
+    {"speculation_counts", speculation_counts, METH_NOARGS, "Calls entered ahead, and calls that waited first."},
+    {"speculation_new_slot", speculation_new_slot, METH_NOARGS, "A slot number not given before in this pool."},
     {"agree_on", agree_on, METH_VARARGS,
      "agree_on(group, name, agreed_code): the members' agreement on a collective, as _collectives.agree's."},
     {NULL},
@@ -1405,9 +1868,13 @@ PyMODINIT_FUNC PyInit__tracer(void) {
     if (import_mpi4py() < 0) return NULL;
     if (PyType_Ready(&MethodType) < 0 || PyType_Ready(&HeldType) < 0) return NULL;
     str_mpinb_id = PyUnicode_InternFromString("_mpinb_id");
-    if (str_mpinb_id == NULL) return NULL;
+    str_slot = PyUnicode_InternFromString("_mpinb_slot");
+    if (str_mpinb_id == NULL || str_slot == NULL) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
     if (PyModule_AddStringConstant(module, "MPI_VENDOR", MPI_VENDOR) < 0) return NULL;
+    if (PyModule_AddIntConstant(module, "BOARD_WORDS_PER_RANK", LANES * SLOT_WORDS + MAX_COMMS) < 0 ||
+        PyModule_AddIntConstant(module, "BOARD_SLOTS", MAX_COMMS) < 0)
+        return NULL;
     return module;
 }

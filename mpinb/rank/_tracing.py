@@ -9,9 +9,9 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _spawn, _verify
+from . import _spawn, _speculation, _verify
 from ._calls import PlainRequest
-from ._collectives import set_epoch
+from ._collectives import BLOCKING_AFTER_AGREEMENT, set_epoch
 from ._files import PlainFile, TracedFile
 from ._messages import PlainMessage, TracedMessage
 from ._persistent import PlainPrequest, TracedPrequest
@@ -33,8 +33,9 @@ def install(namespace: dict) -> None:
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
-    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
+    _speculation.setup(_housekeeping, bool(BLOCKING_AFTER_AGREEMENT))  # before any twin takes a slot on it
+    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
 
@@ -121,6 +122,8 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     _traced_world = traced(copy, "world", list(range(copy.Get_size())), constant=True, shadow=shadow)
     if (rehearsal := old_traced.__dict__.pop("_mpinb_rehearsal", None)) is not None:
         _traced_world._mpinb_rehearsal = rehearsal  # a copy of that shadow (see _collectives.rehearse)
+    _speculation.carry(old_traced, _traced_world)
+    _speculation.reset()
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = _traced_world if value is old_traced else _plain_world
