@@ -101,9 +101,10 @@ def enroll(twin, shadow: MPI.Intracomm, polled: bool) -> None:
 
 
 def carry(old, new) -> None:
-    """A fresh world's twin takes the old one's slot (and its private copy: see ``_tracing``)."""
+    """A fresh world's twin takes the old one's slot (and its private copy: see ``_tracing``);
+    the old twin, should user code still hold it, agrees first from now on (on every rank)."""
     slot = getattr(old, "_mpinb_slot", -1)
-    new._mpinb_slot = slot
+    old._mpinb_slot, new._mpinb_slot = -1, slot
     if slot >= 0:
         _comms[slot] = weakref.ref(new)
 
@@ -174,12 +175,13 @@ def release_blocked(seconds: float = 3.0) -> int:
                 placeholder = np.zeros(count, dtype=np.dtype(form))
             except TypeError:
                 continue
-            if not tracer.speculation_try_proxy(slot, k):
+            lane = tracer.speculation_try_proxy(slot, k)
+            if lane < 0:
                 continue
             try:
                 PlainIntracomm.Allreduce(comm, MPI.IN_PLACE, placeholder, _OPS[op])
             finally:
-                tracer.speculation_left(slot, k)
+                tracer.speculation_left(slot, k, lane)
             made += 1
             progressed = True
         if not progressed:

@@ -1400,6 +1400,15 @@ static PyObject *speculation_arrived(PyObject *module, PyObject *args) {
     return PyBool_FromLong(all_arrived(idx, k));
 }
 
+/* Whether a thread of this rank is in call k on idx (so this rank is not missing from it). */
+static int inside_call(int idx, int64_t k) {
+    for (int lane = 0; lane < LANES; lane++) {
+        int64_t word = __atomic_load_n(slot_of_lane(board_me, lane), __ATOMIC_SEQ_CST);
+        if (state_of(word) != S_IDLE && comm_of(word) == idx && call_of(word) == k) return 1;
+    }
+    return 0;
+}
+
 /* speculation_duties() -> [(idx, k, count, format, op)]: the calls that members entered ahead
  * of this rank (which did not make them, and made every call before them on that communicator). */
 static PyObject *speculation_duties(PyObject *module, PyObject *unused) {
@@ -1412,7 +1421,7 @@ static PyObject *speculation_duties(PyObject *module, PyObject *unused) {
             int state = state_of(word), idx = comm_of(word);
             int64_t k = call_of(word);
             if ((state != S_ENTERED && state != S_RELEASED) || idx >= MAX_COMMS || members_of[idx] == NULL ||
-                done_calls[idx] != k - 1 || (r == board_me && lane_busy[lane]))
+                done_calls[idx] != k - 1 || r == board_me || inside_call(idx, k))
                 continue;
             char format[SIGNATURE_FORMAT + 1] = {0};
             memcpy(format, &slot[2], SIGNATURE_FORMAT);
@@ -1429,43 +1438,44 @@ static PyObject *speculation_duties(PyObject *module, PyObject *unused) {
     return duties;
 }
 
-/* speculation_try_proxy(idx, k) -> bool: whether this rank may now make call k on idx in the
- * place of its own (the same rule as entering); if so it is inside it, and the members that
- * entered it ahead are marked released. speculation_left(idx, k) when the call is made. */
+/* speculation_try_proxy(idx, k) -> lane or -1: whether this rank may now make call k on idx in
+ * the place of its own (the same rule as entering); if so it is inside it on that lane, and the
+ * members that entered it ahead are marked released. speculation_left(idx, k, lane) when made. */
 static PyObject *speculation_try_proxy(PyObject *module, PyObject *args) {
     int idx;
     long long k;
     if (!PyArg_ParseTuple(args, "iL", &idx, &k)) return NULL;
-    if (board == NULL || idx < 0 || idx >= MAX_COMMS || members_of[idx] == NULL || lane_busy[0])
-        Py_RETURN_FALSE;
-    int64_t *slot = slot_of_lane(board_me, 0);
+    if (board == NULL || idx < 0 || idx >= MAX_COMMS || members_of[idx] == NULL) return PyLong_FromLong(-1);
+    int lane = take_lane();
+    if (lane < 0) return PyLong_FromLong(-1);
+    int64_t *slot = slot_of_lane(board_me, lane);
     int64_t *count = count_of(board_me, idx);
     if (__atomic_load_n(count, __ATOMIC_SEQ_CST) < k) __atomic_store_n(count, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(slot, packed(S_ANNOUNCED, idx, k), __ATOMIC_SEQ_CST);
-    if (others_may_block(idx, k, 0)) {
+    if (others_may_block(idx, k, lane)) {
         __atomic_store_n(slot, packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
-        Py_RETURN_FALSE;
+        lane_busy[lane] = 0;
+        return PyLong_FromLong(-1);
     }
-    lane_busy[0] = 1;
     __atomic_store_n(slot, packed(S_ENTERED, idx, k), __ATOMIC_SEQ_CST);
     for (int i = 0; i < n_members[idx]; i++)
-        for (int lane = 0; lane < LANES; lane++) {
+        for (int other = 0; other < LANES; other++) {
             int64_t expected = packed(S_ENTERED, idx, k);
-            if (members_of[idx][i] == board_me && lane == 0) continue;
-            __atomic_compare_exchange_n(slot_of_lane(members_of[idx][i], lane), &expected,
+            if (members_of[idx][i] == board_me) continue;
+            __atomic_compare_exchange_n(slot_of_lane(members_of[idx][i], other), &expected,
                                         packed(S_RELEASED, idx, k), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
         }
-    Py_RETURN_TRUE;
+    return PyLong_FromLong(lane);
 }
 
 static PyObject *speculation_left(PyObject *module, PyObject *args) {
-    int idx;
+    int idx, lane;
     long long k;
-    if (!PyArg_ParseTuple(args, "iL", &idx, &k)) return NULL;
-    if (board != NULL && idx >= 0 && idx < MAX_COMMS) {
-        __atomic_store_n(slot_of_lane(board_me, 0), packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
+    if (!PyArg_ParseTuple(args, "iLi", &idx, &k, &lane)) return NULL;
+    if (board != NULL && idx >= 0 && idx < MAX_COMMS && lane >= 0 && lane < LANES) {
+        __atomic_store_n(slot_of_lane(board_me, lane), packed(S_IDLE, idx, k), __ATOMIC_SEQ_CST);
         if (done_calls[idx] < k) done_calls[idx] = k;
-        lane_busy[0] = 0;
+        lane_busy[lane] = 0;
     }
     Py_RETURN_NONE;
 }
@@ -1849,8 +1859,8 @@ static PyMethodDef functions[] = {
     {"speculation_duties", speculation_duties, METH_NOARGS,
      "speculation_duties() -> [(idx, k, count, format, op)]: calls that members entered ahead of this rank."},
     {"speculation_try_proxy", speculation_try_proxy, METH_VARARGS,
-     "speculation_try_proxy(idx, k) -> bool: inside call k on idx in the place of this rank's own, if it may."},
-    {"speculation_left", speculation_left, METH_VARARGS, "speculation_left(idx, k): the proxy call is made."},
+     "speculation_try_proxy(idx, k) -> lane or -1: inside call k on idx in this rank's place, if it may."},
+    {"speculation_left", speculation_left, METH_VARARGS, "speculation_left(idx, k, lane): the proxy call is made."},
     {"speculation_wait_inside", speculation_wait_inside, METH_O,
      "speculation_wait_inside(after) -> (comm, name, file, line, since): a call entered ahead, waiting that long."},
     {"speculation_counts", speculation_counts, METH_NOARGS, "Calls entered ahead, and calls that waited first."},
