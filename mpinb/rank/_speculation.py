@@ -31,6 +31,7 @@ from mpi4py import MPI
 from .._events import REDUCTION_OPS
 from . import _waiting
 from ._calls import PlainIntracomm, describer
+from ._collectives import BLOCKING_AFTER_AGREEMENT as _BLOCKING_REDUCTIONS
 
 _OPS = tuple(getattr(MPI, name) for name in REDUCTION_OPS)
 ENVIRONMENT = "MPINB_ENTER_AHEAD"  # "0": every traced reduction agrees first (for comparison)
@@ -41,7 +42,7 @@ _board_id = 0  # the same on every rank of the board's pool, 0 where there is no
 _comms: dict[int, weakref.ref] = {}
 
 
-def setup(housekeeping: MPI.Intracomm, blocking_reductions: bool) -> None:
+def setup(housekeeping: MPI.Intracomm) -> None:
     """At start-up, on every rank (collective over ``housekeeping``, mpinb's copy of the world):
     the board, where every rank is on one host and each has the C tracer; otherwise none."""
     global _window, _board_group, _board_id
@@ -49,7 +50,7 @@ def setup(housekeeping: MPI.Intracomm, blocking_reductions: bool) -> None:
     from ._windows import PlainWin
 
     size, rank = housekeeping.Get_size(), housekeeping.Get_rank()
-    if not blocking_reductions or size == 1:  # (MPICH's reductions are polled: nothing to enter)
+    if not _BLOCKING_REDUCTIONS or size == 1:  # (MPICH's reductions are polled: nothing to enter)
         return
     tracer = _native.load()
     wanted = tracer is not None and os.environ.get(ENVIRONMENT, "1") != "0"
@@ -77,8 +78,8 @@ def enroll(twin, shadow: MPI.Intracomm, polled: bool) -> None:
     (``_mpinb_slot`` -1) where a member has no board or another pool's, or the slots are used
     up. ``polled`` waits as mpinb's waits do (a copy made at a collective's first call, where a
     member may be missing)."""
-    if isinstance(shadow, MPI.Intercomm) or not isinstance(shadow, MPI.Intracomm):
-        twin._mpinb_slot = -1
+    if not _BLOCKING_REDUCTIONS or isinstance(shadow, MPI.Intercomm) or not isinstance(shadow, MPI.Intracomm):
+        twin._mpinb_slot = -1  # (MPICH's reductions are polled: no rank has a board, none asks)
         return
     tracer = _tracer()
     first = _board_id and tracer is not None and shadow.Get_rank() == 0
@@ -130,22 +131,23 @@ def _tracer():
     return _native.tracer
 
 
+def _inside(comm, name: str, file: str, line: int):
+    """What a rank in this Allreduce waits for, as the notebook describes a collective's wait."""
+    return describer(comm, name, "collective", None, -1, 0, (file, line))
+
+
 def wait_arrivals(comm, name: str, file: str, line: int, slot: int, k: int) -> None:
     """Until every member has arrived at call ``k`` on ``slot`` (slot -1: until one of this
     rank's lanes is free), as mpinb's waits wait: interruptible, and described to the notebook."""
     tracer = _tracer()
     assert tracer is not None
-    _waiting.wait(lambda: tracer.speculation_arrived(slot, k),
-                  describer(comm, name, "collective", None, -1, 0, (file, line)))
+    _waiting.wait(lambda: tracer.speculation_arrived(slot, k), _inside(comm, name, file, line))
 
 
-def released(comm, name: str, file: str, line: int, since: float) -> BaseException:
-    """The error of a member that was released from a call it entered ahead (see
+def released(comm, name: str, file: str, line: int, seconds: float) -> BaseException:
+    """The error of a member that was released from a call it entered ``seconds`` ago (see
     :func:`release_blocked`): an interrupted wait in that call, as the notebook describes one."""
-    function, args = describer(comm, name, "collective", None, -1, 0, (file, line))
-    state = function(*args)
-    state["since"] = since
-    _waiting.current = state
+    _waiting.current = _waiting._described(_inside(comm, name, file, line), time.time() - seconds)
     return KeyboardInterrupt()
 
 
@@ -197,11 +199,8 @@ def _publish_long_waits() -> None:
     tracer = _tracer()
     assert tracer is not None
     while True:
-        comm, name, file, line, since = tracer.speculation_wait_inside(_waiting.REPORT_AFTER)
-        function, args = describer(comm, name, "collective", None, -1, 0, (file, line))
+        comm, name, file, line, seconds = tracer.speculation_wait_inside(_waiting.REPORT_AFTER)
         try:
-            state = function(*args)
-            state["since"] = since
-            _waiting.publish(state)
+            _waiting.publish(_waiting._described(_inside(comm, name, file, line), time.time() - seconds))
         except Exception:  # noqa: BLE001 - a description that fails must not end the thread
             continue

@@ -58,12 +58,6 @@ static inline double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static inline double wall_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- the event buffer --------------------------------------------------------------------- */
 typedef struct {
     PyObject *object;        /* an event made in Python (tuple or list), or NULL: the fields */
@@ -1118,7 +1112,6 @@ static long long entered_ahead = 0, waited_for_members = 0;
 typedef struct {
     int64_t seq;            /* atomic: the entry's number, 0 when not inside */
     int64_t since_ns;       /* atomic: monotonic */
-    double since_wall;
     PyObject *comm, *name, *code;  /* borrowed while inside (read with the GIL held) */
     int where;
     int64_t published;      /* the entry whose wait was published */
@@ -1273,7 +1266,6 @@ static PyObject *speculate(Method *m, PyObject *self, int idx, PyObject *const *
     in->name = m->name;
     in->code = code;
     in->where = where;
-    in->since_wall = wall_now();
     __atomic_store_n(&in->since_ns, (int64_t)(now() * 1e9), __ATOMIC_SEQ_CST);
     __atomic_store_n(&in->seq, ++inside_entries, __ATOMIC_SEQ_CST);
     int64_t entry = in->seq;
@@ -1299,7 +1291,8 @@ static PyObject *speculate(Method *m, PyObject *self, int idx, PyObject *const *
         PyErr_Clear();
         PyObject *file = file_of(code);
         PyObject *error = file == NULL ? NULL
-            : PyObject_CallFunction(released_fn, "OOOid", self, m->name, file, line_of(code, where), in->since_wall);
+            : PyObject_CallFunction(released_fn, "OOOid", self, m->name, file, line_of(code, where),
+                                    now() - 1e-9 * (double)in->since_ns);
         if (error != NULL) PyErr_SetObject((PyObject *)Py_TYPE(error), error);
         Py_XDECREF(error);
         Py_XDECREF(file);
@@ -1480,7 +1473,7 @@ static PyObject *speculation_left(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* speculation_wait_inside(after) -> (comm, name, file, line, since): blocks (without the GIL)
+/* speculation_wait_inside(after) -> (comm, name, file, line, seconds inside): blocks (without the GIL)
  * until a lane of this rank has been inside a call entered ahead for ``after`` seconds, and
  * that wait was not yet given; for the thread that publishes it (_speculation). */
 static PyObject *speculation_wait_inside(PyObject *module, PyObject *arg) {
@@ -1507,7 +1500,8 @@ static PyObject *speculation_wait_inside(PyObject *module, PyObject *arg) {
                 in->published = in->seq;
                 PyObject *file = file_of(in->code);
                 if (file == NULL) return NULL;
-                return Py_BuildValue("OONid", in->comm, in->name, file, line_of(in->code, in->where), in->since_wall);
+                return Py_BuildValue("OONid", in->comm, in->name, file, line_of(in->code, in->where),
+                                     now() - 1e-9 * (double)in->since_ns);
             }
         }
         if (PyErr_CheckSignals() < 0) return NULL;
@@ -1862,7 +1856,7 @@ static PyMethodDef functions[] = {
      "speculation_try_proxy(idx, k) -> lane or -1: inside call k on idx in this rank's place, if it may."},
     {"speculation_left", speculation_left, METH_VARARGS, "speculation_left(idx, k, lane): the proxy call is made."},
     {"speculation_wait_inside", speculation_wait_inside, METH_O,
-     "speculation_wait_inside(after) -> (comm, name, file, line, since): a call entered ahead, waiting that long."},
+     "speculation_wait_inside(after) -> (comm, name, file, line, seconds): a call entered ahead, waiting that long."},
     {"speculation_counts", speculation_counts, METH_NOARGS, "Calls entered ahead, and calls that waited first."},
     {"speculation_new_slot", speculation_new_slot, METH_NOARGS, "A slot number not given before in this pool."},
     {"agree_on", agree_on, METH_VARARGS,

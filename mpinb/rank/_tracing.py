@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from . import _spawn, _speculation, _verify
 from ._calls import PlainRequest
-from ._collectives import BLOCKING_AFTER_AGREEMENT, set_epoch
+from ._collectives import set_epoch
 from ._files import PlainFile, TracedFile
 from ._messages import PlainMessage, TracedMessage
 from ._persistent import PlainPrequest, TracedPrequest
@@ -34,7 +34,7 @@ def install(namespace: dict) -> None:
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
     _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
-    _speculation.setup(_housekeeping, bool(BLOCKING_AFTER_AGREEMENT))  # before any twin takes a slot on it
+    _speculation.setup(_housekeeping)  # before any twin takes a slot on it
     _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
     align_clock(_housekeeping)
     _use(namespace, traced_calls=True)
