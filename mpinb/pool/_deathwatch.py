@@ -4,13 +4,16 @@ When one rank dies, mpiexec kills the others within milliseconds, so polling can
 culprit from the victims. Each local rank connects a Unix socket to this watch when it starts
 (``MPINB_DEATHWATCH``) and never writes to it again: the kernel closes it as the rank's exit
 begins, in the same step that tells mpiexec, so the culprit's end of file always comes before
-the victims' (which mpiexec kills only then). A rank's pidfd (its process is gone) is the
-fallback, for a rank that never connected; it is a weaker witness, since a victim can finish
-dying before a culprit that is slow to tear down.
+the victims' (which mpiexec kills only then). The watch waits with epoll, whose ready list keeps
+the order in which the kernel saw the events: a watch that wakes late, on a busy machine, finds
+the culprit and its victims together but still in that order. A rank's pidfd (its process is
+gone) is the fallback, for a rank that never connected; it is a weaker witness, since a victim
+can finish dying before a culprit that is slow to tear down.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import socket
@@ -19,12 +22,13 @@ import time
 
 
 class DeathWatch:
-    """Records ``rank -> time of death``; ranks connect to :attr:`address` when they start.
-    Its socket is made in ``folder``, which only this user may enter (see ``_runfolder``)."""
+    """Records ``rank -> (order, time) of death``; ranks connect to :attr:`address` when they
+    start. Its socket is made in ``folder``, which only this user may enter (see ``_runfolder``)."""
 
     def __init__(self, folder: str) -> None:
-        self.died: dict[int, tuple[int, float]] = {}  # rank -> (poll round, time)
+        self.died: dict[int, tuple[int, float]] = {}  # rank -> (order seen, time)
         self.aborted: dict[int, int] = {}  # rank -> the error code it passed to Abort
+        self._order = itertools.count()  # next() is atomic: both threads record
         self.address = os.path.join(folder, "deathwatch")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.address)
@@ -46,71 +50,81 @@ class DeathWatch:
                 try:
                     self._pidfds[os.pidfd_open(pid)] = rank
                 except OSError:
-                    self._record(rank, 0)
+                    self._record(rank)
         os.write(self._wake_w, b"x")
 
     def _watch(self) -> None:
-        poller = select.poll()
-        poller.register(self._listener.fileno(), select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
+        # Edge-triggered for the ranks' sockets and pidfds: an event enters the ready list once,
+        # when it happens, and is never put back at the list's end (as level-triggered ones are).
+        events = select.epoll()
+        events.register(self._listener.fileno(), select.EPOLLIN)
+        events.register(self._wake_r, select.EPOLLIN)
         registered: set[int] = set()
-        batch = 0
-        while not self._stop:
-            with self._lock:
-                for fd in set(self._pidfds) - registered:
-                    poller.register(fd, select.POLLIN)
-                    registered.add(fd)
-            ready = poller.poll(200)
-            batch += 1
-            for fd, _ in ready:
-                if self._stop:
-                    return
-                if fd == self._wake_r:
-                    os.read(fd, 64)
-                elif fd == self._listener.fileno():
-                    connection, _ = self._listener.accept()
-                    self._connections[connection.fileno()] = (connection, None)
-                    poller.register(connection.fileno(), select.POLLIN)
-                elif fd in self._connections:
-                    self._read(poller, fd, batch)
-                elif fd in self._pidfds:
-                    poller.unregister(fd)
-                    self._record(self._pidfds[fd], batch)
-
-    def _read(self, poller, fd: int, batch: int) -> None:
-        connection, rank = self._connections[fd]
         try:
-            data = connection.recv(64)
-        except OSError:
-            data = b""
-        if data:
-            for line in data.decode(errors="replace").splitlines():
-                word, _, value = line.partition(" ")
-                if rank is None:
-                    rank = int(word)
-                    self._connections[fd] = (connection, rank)
-                elif word == "abort":  # it is about to end the job: the first to die, by intent
-                    self.aborted[rank] = int(value)
-                    self._record(rank, batch)
-        else:
-            poller.unregister(fd)
+            while not self._stop:
+                with self._lock:
+                    for fd in set(self._pidfds) - registered:
+                        events.register(fd, select.EPOLLIN | select.EPOLLET)
+                        registered.add(fd)
+                for fd, _ in events.poll(0.2):  # in the order the kernel saw them
+                    if self._stop:
+                        return
+                    if fd == self._wake_r:
+                        os.read(fd, 64)
+                    elif fd == self._listener.fileno():
+                        self._accept(events)
+                    elif fd in self._connections:
+                        self._read(events, fd)
+                    elif fd in self._pidfds:
+                        events.unregister(fd)
+                        self._record(self._pidfds[fd])
+        finally:
+            events.close()
+
+    def _accept(self, events: select.epoll) -> None:
+        connection, _ = self._listener.accept()
+        connection.setblocking(False)
+        self._connections[connection.fileno()] = (connection, None)
+        events.register(connection.fileno(), select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+
+    def _read(self, events: select.epoll, fd: int) -> None:
+        connection, rank = self._connections[fd]
+        ended = False
+        data = b""
+        while True:  # edge-triggered: read all there is now
+            try:
+                chunk = connection.recv(4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            data += chunk
+        for line in data.decode(errors="replace").splitlines():
+            word, _, value = line.partition(" ")
+            if rank is None:
+                rank = int(word)
+                self._connections[fd] = (connection, rank)
+            elif word == "abort":  # it is about to end the job: the first to die, by intent
+                self.aborted[rank] = int(value)
+                self._record(rank)
+        if ended:
+            events.unregister(fd)
             del self._connections[fd]
             connection.close()
             if rank is not None:
-                self._record(rank, batch)
+                self._record(rank)
 
-    def _record(self, rank: int, batch: int) -> None:
+    def _record(self, rank: int) -> None:
         if rank not in self.died:
-            self.died[rank] = (batch, time.monotonic())
+            self.died[rank] = (next(self._order), time.monotonic())
 
     def first(self) -> list[int]:
-        """The rank(s) seen dead first; several only if they ended at the same moment."""
+        """The rank seen dead first (as a list: none, or one)."""
         died = dict(self.died)
-        if not died:
-            return []
-        earliest = min(batch for batch, _ in died.values())
-        return sorted(r for r, (batch, _) in died.items() if batch == earliest)
-
+        return [min(died, key=lambda rank: died[rank][0])] if died else []
     def close(self) -> None:
         self._stop = True
         try:

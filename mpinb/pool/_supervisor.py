@@ -411,8 +411,8 @@ class Supervisor:
         return "".join(_launcher_output(es) for es in self.cluster.engines.values())
 
     def first_dead(self) -> list[int]:
-        """The ranks seen gone first (more than one when the watch could not tell them apart),
-        or whose heart stopped answering (a process stopped by a signal, say)."""
+        """The rank seen gone first, or the ranks whose heart stopped answering (a process
+        stopped by a signal, say)."""
         if self.deaths is not None:
             return self.deaths.first() or self.unregistered(sorted(self.engine_of))
         return self._remote_dead()
