@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 
 import psutil
@@ -21,6 +23,11 @@ os.environ["MPINB_LANGUAGE"] = "en"
 # SIGINT ignored, and so does everything it starts: then _thread.interrupt_main(), the tests' stop
 # button, does nothing at all. A notebook's kernel always handles SIGINT; so does the test process.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# A local pool makes a folder for its sockets in $XDG_RUNTIME_DIR/mpinb-<uid>, else in the temporary
+# folder (mpinb/pool/_runfolder.py): this run's pools use a runtime folder of the run's own, which
+# the run's end removes, after checking that every pool removed its own folder in it.
+RUNTIME_FOLDER = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mpinb-tests-")
 
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
                 "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
@@ -113,9 +120,14 @@ def no_process_outlives_the_tests():
     # notebook's process: the test process is a notebook's)
     assert "mpi4py.MPI" not in sys.modules, "a test made the test process import mpi4py.MPI"
     left = wait_until_gone(ignore=before)
+    user_folder = os.path.join(RUNTIME_FOLDER, f"mpinb-{os.getuid()}")
+    pool_folders = os.listdir(user_folder) if os.path.isdir(user_folder) else []
+    shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )
+    assert not pool_folders, f"pools' socket folders outlived the tests in {user_folder}: " + ", ".join(
+        sorted(pool_folders))
     left_files = mpi_temporary_files() - mpi_files_before - in_use()
     assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
     left_folders = kernel_temporary_folders() - kernel_folders_before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -72,10 +73,40 @@ def test_a_long_temporary_folder_still_gives_the_pool_a_private_one(tmp_path, mo
     monkeypatch.setenv("TMPDIR", str(long))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads $TMPDIR again
+    fallback = f"/tmp/mpinb-{os.getuid()}"
+    fallback_was_there = os.path.exists(fallback)
     with mpinb.Pool(2) as pool:
         assert pool.run("rank").value == {0: 0, 1: 1}
-        assert not pool._supervisor.run_folder.startswith(str(long))
+        folder = pool._supervisor.run_folder
+        assert folder.startswith(fallback + "/")
     assert not wait_until_gone(5, existing_pools)
+    assert not os.path.exists(folder)
+    if not fallback_was_there:
+        with contextlib.suppress(OSError):  # (unless a test run beside uses it now)
+            os.rmdir(fallback)
+
+
+def test_a_user_folder_removed_while_a_pool_starts_is_made_again(tmp_path, monkeypatch):
+    """A cleaner of old temporary folders (systemd-tmpfiles, a test run beside) may remove the
+    empty mpinb-<uid> between its check and the making of the pool's folder in it."""
+    import tempfile
+
+    from mpinb.pool import _runfolder
+
+    monkeypatch.setattr(_runfolder, "candidates", lambda: [str(tmp_path)])
+    made = tempfile.mkdtemp
+    removals = []
+
+    def removed_first(dir: str, prefix: str) -> str:
+        if not removals:
+            removals.append(dir)
+            os.rmdir(dir)
+        return made(dir=dir, prefix=prefix)
+
+    monkeypatch.setattr(_runfolder.tempfile, "mkdtemp", removed_first)
+    folder = _runfolder.make_run_folder()
+    assert removals == [str(tmp_path / f"mpinb-{os.getuid()}")] and os.path.dirname(folder) == removals[0]
+    assert oct(os.stat(removals[0]).st_mode & 0o777) == oct(0o700)
 
 
 def test_no_place_for_private_sockets_says_what_to_set(tmp_path, monkeypatch, existing_pools):

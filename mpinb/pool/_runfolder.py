@@ -55,10 +55,16 @@ def make_run_folder() -> str:
         if len(user_folder) + 9 > LONGEST_FOLDER:
             refused.append(f"{place} (its path is too long for a socket)")
             continue
-        if not own_folder(user_folder):
-            refused.append(f"{user_folder} (not a folder of yours that only you may enter)")
-            continue
-        return tempfile.mkdtemp(dir=user_folder, prefix="")
+        for _attempt in range(3):  # (a cleaner of old temporary folders may remove an empty one meanwhile)
+            if not own_folder(user_folder):
+                refused.append(f"{user_folder} (not a folder of yours that only you may enter)")
+                break
+            try:
+                return tempfile.mkdtemp(dir=user_folder, prefix="")
+            except FileNotFoundError:
+                continue
+        else:
+            refused.append(f"{user_folder} (removed again each time it was made)")
     raise PoolStartError(
         "no private folder for the pool's sockets: " + "; ".join(refused) +
         ". Set $TMPDIR (or $XDG_RUNTIME_DIR) to a short path of a folder of yours, such as /tmp."
