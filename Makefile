@@ -108,12 +108,18 @@ docs: install
 # fails at the end, naming each failed stage. The lane's output is in test-artifacts/lane/, and
 # is printed when the lane ends.
 # The site's tutorials run verified (MPINB_VERIFY=1): tests/test_notebooks.py then checks that
-# correctness findings show only where a tutorial shows a bug on purpose.
+# correctness findings show only where a tutorial shows a bug on purpose. Their pools keep their
+# sockets in a runtime folder of the run's own (as the tests' do: see tests/conftest.py), which
+# must be empty at the end.
 HOST_MAKING_TESTS := tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py tests/test_faults.py
 LANE := test-artifacts/lane
 test: install system lint
 	@failed=""; began=$$(date +%s); \
-	MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	runtime=$$(mktemp -d); \
+	XDG_RUNTIME_DIR=$$runtime MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	if [ -n "$$(ls -A $$runtime/mpinb-* 2>/dev/null)" ]; then \
+	  echo "mpinb: the site's pools left their socket folders: $$(ls $$runtime/mpinb-*)"; failed="$$failed docs"; fi; \
+	rm -rf $$runtime; \
 	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	if [ $(MPI) = mpich ]; then \
 	  rm -rf $(LANE) && mkdir -p $(LANE); \
