@@ -125,6 +125,7 @@ class DeathWatch:
         """The rank seen dead first (as a list: none, or one)."""
         died = dict(self.died)
         return [min(died, key=lambda rank: died[rank][0])] if died else []
+
     def close(self) -> None:
         self._stop = True
         try:

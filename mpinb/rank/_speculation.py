@@ -29,6 +29,7 @@ from array import array
 from mpi4py import MPI
 
 from .._events import REDUCTION_OPS
+from .._protocol import WaitState
 from . import _waiting
 from ._calls import PlainIntracomm, describer
 from ._collectives import BLOCKING_AFTER_AGREEMENT as _BLOCKING_REDUCTIONS
@@ -78,7 +79,7 @@ def enroll(twin, shadow: MPI.Intracomm, polled: bool) -> None:
     (``_mpinb_slot`` -1) where a member has no board or another pool's, or the slots are used
     up. ``polled`` waits as mpinb's waits do (a copy made at a collective's first call, where a
     member may be missing)."""
-    if not _BLOCKING_REDUCTIONS or isinstance(shadow, MPI.Intercomm) or not isinstance(shadow, MPI.Intracomm):
+    if not _BLOCKING_REDUCTIONS or not isinstance(shadow, MPI.Intracomm):  # (an Intercomm is not one)
         twin._mpinb_slot = -1  # (MPICH's reductions are polled: no rank has a board, none asks)
         return
     tracer = _tracer()
@@ -136,6 +137,11 @@ def _inside(comm, name: str, file: str, line: int):
     return describer(comm, name, "collective", None, -1, 0, (file, line))
 
 
+def _waiting_inside(comm, name: str, file: str, line: int, seconds: float) -> WaitState:
+    """The wait of a rank ``seconds`` inside this Allreduce, as the notebook describes one."""
+    return _waiting.described(_inside(comm, name, file, line), time.time() - seconds)
+
+
 def wait_arrivals(comm, name: str, file: str, line: int, slot: int, k: int) -> None:
     """Until every member has arrived at call ``k`` on ``slot`` (slot -1: until one of this
     rank's lanes is free), as mpinb's waits wait: interruptible, and described to the notebook."""
@@ -147,7 +153,7 @@ def wait_arrivals(comm, name: str, file: str, line: int, slot: int, k: int) -> N
 def released(comm, name: str, file: str, line: int, seconds: float) -> BaseException:
     """The error of a member that was released from a call it entered ``seconds`` ago (see
     :func:`release_blocked`): an interrupted wait in that call, as the notebook describes one."""
-    _waiting.current = _waiting._described(_inside(comm, name, file, line), time.time() - seconds)
+    _waiting.current = _waiting_inside(comm, name, file, line, seconds)
     return KeyboardInterrupt()
 
 
@@ -201,6 +207,6 @@ def _publish_long_waits() -> None:
     while True:
         comm, name, file, line, seconds = tracer.speculation_wait_inside(_waiting.REPORT_AFTER)
         try:
-            _waiting.publish(_waiting._described(_inside(comm, name, file, line), time.time() - seconds))
+            _waiting.publish(_waiting_inside(comm, name, file, line, seconds))
         except Exception:  # noqa: BLE001 - a description that fails must not end the thread
             continue

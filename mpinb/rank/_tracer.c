@@ -1119,6 +1119,11 @@ typedef struct {
 static Inside inside[LANES];
 static int64_t inside_entries = 0;
 
+/* How long the lane has been inside its call, in seconds (for the wait's description). */
+static double seconds_inside(const Inside *in) {
+    return now() - 1e-9 * (double)__atomic_load_n(&in->since_ns, __ATOMIC_SEQ_CST);
+}
+
 static inline int64_t *slot_of_lane(int rank, int lane) {
     return board + ((size_t)rank * LANES + (size_t)lane) * SLOT_WORDS;
 }
@@ -1292,7 +1297,7 @@ static PyObject *speculate(Method *m, PyObject *self, int idx, PyObject *const *
         PyObject *file = file_of(code);
         PyObject *error = file == NULL ? NULL
             : PyObject_CallFunction(released_fn, "OOOid", self, m->name, file, line_of(code, where),
-                                    now() - 1e-9 * (double)in->since_ns);
+                                    seconds_inside(in));
         if (error != NULL) PyErr_SetObject((PyObject *)Py_TYPE(error), error);
         Py_XDECREF(error);
         Py_XDECREF(file);
@@ -1451,13 +1456,14 @@ static PyObject *speculation_try_proxy(PyObject *module, PyObject *args) {
         return PyLong_FromLong(-1);
     }
     __atomic_store_n(slot, packed(S_ENTERED, idx, k), __ATOMIC_SEQ_CST);
-    for (int i = 0; i < n_members[idx]; i++)
+    for (int i = 0; i < n_members[idx]; i++) {
+        if (members_of[idx][i] == board_me) continue;
         for (int other = 0; other < LANES; other++) {
             int64_t expected = packed(S_ENTERED, idx, k);
-            if (members_of[idx][i] == board_me) continue;
             __atomic_compare_exchange_n(slot_of_lane(members_of[idx][i], other), &expected,
                                         packed(S_RELEASED, idx, k), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
         }
+    }
     return PyLong_FromLong(lane);
 }
 
@@ -1501,7 +1507,7 @@ static PyObject *speculation_wait_inside(PyObject *module, PyObject *arg) {
                 PyObject *file = file_of(in->code);
                 if (file == NULL) return NULL;
                 return Py_BuildValue("OONid", in->comm, in->name, file, line_of(in->code, in->where),
-                                     now() - 1e-9 * (double)in->since_ns);
+                                     seconds_inside(in));
             }
         }
         if (PyErr_CheckSignals() < 0) return NULL;

@@ -67,7 +67,7 @@ def wait(test, describe) -> None:
         if polls % POLLS_BEFORE_YIELD == 0:
             _yield_cpu()  # with more ranks than cores, the rank we wait for may need this core
     since = time.time() - (_now() - began)
-    state = current = _described(describe, since)
+    state = current = described(describe, since)
     pause, reported = FIRST_PAUSE, 0.0
     while True:
         time.sleep(pause)
@@ -77,7 +77,7 @@ def wait(test, describe) -> None:
         waited = _now() - began
         if waited >= REPORT_AFTER and waited - reported >= REPORT_EVERY:
             # described afresh: what came meanwhile (a message under another tag) is part of it
-            state = current = _described(describe, since)
+            state = current = described(describe, since)
             publish(state)
             reported = waited
     current = None
@@ -88,7 +88,9 @@ def wait(test, describe) -> None:
 safe_points.add(wait.__code__)
 
 
-def _described(describe, since: float) -> WaitState:
+def described(describe, since: float) -> WaitState:
+    """The wait that ``describe`` (a function, or one with its arguments) names, begun at ``since``
+    (wall-clock seconds)."""
     state = describe[0](*describe[1]) if isinstance(describe, tuple) else describe()
     state["since"] = since
     return state
