@@ -29,6 +29,12 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # folder (mpinb/pool/_runfolder.py): this run's pools use a runtime folder of the run's own, which
 # the run's end removes, after checking that every pool removed its own folder in it.
 RUNTIME_FOLDER = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mpinb-tests-")
+# Pools keep connection files, launchers' logs and stacks in the IPython profile "mpinb"
+# ($IPYTHONDIR, else ~/.ipython): this run's pools (and its kernels) use an IPython folder of the
+# run's own. A run then never reads what another run or the user's own pools left in ~/.ipython,
+# and the run's end can check that its pools removed their files there.
+IPYTHON_FOLDER = os.environ["IPYTHONDIR"] = os.path.join(RUNTIME_FOLDER, "ipython")
+PROFILE_FOLDERS = [os.path.join(IPYTHON_FOLDER, "profile_mpinb", name) for name in ("log", "security", "stacks")]
 
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
                 "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
@@ -135,12 +141,15 @@ def no_process_outlives_the_tests():
     left = wait_until_gone(ignore=before)
     user_folder = os.path.join(RUNTIME_FOLDER, f"mpinb-{os.getuid()}")
     pool_folders = os.listdir(user_folder) if os.path.isdir(user_folder) else []
+    profile_files = sorted(os.path.relpath(os.path.join(top, name), IPYTHON_FOLDER)
+                           for folder in PROFILE_FOLDERS for top, _, names in os.walk(folder) for name in names)
     shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )
     assert not pool_folders, f"pools' socket folders outlived the tests in {user_folder}: " + ", ".join(
         sorted(pool_folders))
+    assert not profile_files, "pools' files outlived the tests in their IPython profile: " + ", ".join(profile_files)
     left_files = mpi_temporary_files() - mpi_files_before - in_use()
     assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
     left_folders = kernel_temporary_folders() - kernel_folders_before

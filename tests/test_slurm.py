@@ -3,6 +3,7 @@ localhost, started here): a job runs the ranks as one MPI world, and stopping le
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import stat
@@ -33,6 +34,7 @@ def slurm(tmp_path_factory):
 def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, existing_pools):
     pool = mpinb.Pool(2, launcher="slurm", launcher_options={"timelimit": "0:10:00"}, start_timeout=90)
     pool.start()
+    clusters = [pool._supervisor.cluster]
     try:
         assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"]
         assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
@@ -42,6 +44,7 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
         with pytest.raises(TimeoutError, match=r"rank 1 \(in `comm.Barrier\(\)`, line 2\) did not stop"):
             pool.run("if rank == 1:\n    comm.Barrier()\n", timeout=1, trace=False)
         assert pool.run("comm.allreduce(rank + 1)").value == {0: 3, 1: 3}
+        clusters.append(pool._supervisor.cluster)
         assert [line.split()[1] for line in jobs(slurm)] == ["RUNNING"], "one job: the old one ended"
         security = os.path.join(pool._supervisor.cluster.profile_dir, "security")
         assert stat.S_IMODE(os.stat(security).st_mode) == 0o700, "only the user may enter the key folder"
@@ -58,8 +61,9 @@ def test_a_pool_through_the_slurm_launcher_allreduces_and_leaves_no_job(slurm, e
     finally:
         pool.stop()
     assert jobs(slurm) == [], "stopping the pool cancels its job"
-    log = os.path.expanduser("~/.ipython/profile_mpinb/log")  # the pool is stopped: its profile's log folder
-    assert not [f for f in os.listdir(log) if f.startswith("slurm-")], "the job's script and output are cleaned up"
+    for cluster in clusters:  # each job's script and output, in the profile's log folder
+        written = glob.glob(os.path.join(cluster.profile_dir, "log", f"slurm-{cluster.cluster_id}*"))
+        assert not written, "the job's script and output are cleaned up"
     assert not wait_until_gone(10, existing_pools)
 
 
