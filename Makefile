@@ -109,16 +109,21 @@ docs: install
 # is printed when the lane ends.
 # The site's tutorials run verified (MPINB_VERIFY=1): tests/test_notebooks.py then checks that
 # correctness findings show only where a tutorial shows a bug on purpose. Their pools keep their
-# sockets in a runtime folder of the run's own (as the tests' do: see tests/conftest.py), which
-# must be empty at the end.
+# sockets in a runtime folder of the run's own, and their IPython profile in an IPython folder of
+# the run's own (as the tests' do: see tests/conftest.py); both must be empty of pools' files at
+# the end.
 HOST_MAKING_TESTS := tests/test_slurm.py tests/test_multihost.py tests/test_multihost_mpiexec.py tests/test_faults.py
 LANE := test-artifacts/lane
 test: install system lint
 	@failed=""; began=$$(date +%s); \
 	runtime=$$(mktemp -d); \
-	XDG_RUNTIME_DIR=$$runtime MPINB_VERIFY=1 $(MAKE) --no-print-directory docs || failed="$$failed docs"; \
+	XDG_RUNTIME_DIR=$$runtime IPYTHONDIR=$$runtime/ipython MPINB_VERIFY=1 $(MAKE) --no-print-directory docs \
+	  || failed="$$failed docs"; \
 	if [ -n "$$(ls -A $$runtime/mpinb-* 2>/dev/null)" ]; then \
 	  echo "mpinb: the site's pools left their socket folders: $$(ls $$runtime/mpinb-*)"; failed="$$failed docs"; fi; \
+	left=$$(find $$runtime/ipython/profile_mpinb/log $$runtime/ipython/profile_mpinb/security \
+	  $$runtime/ipython/profile_mpinb/stacks -type f 2>/dev/null); \
+	if [ -n "$$left" ]; then echo "mpinb: the site's pools left their files:" $$left; failed="$$failed docs"; fi; \
 	rm -rf $$runtime; \
 	echo "mpinb: the site took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	if [ $(MPI) = mpich ]; then \
