@@ -32,8 +32,10 @@ RUNTIME_FOLDER = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mpinb-
 # Pools keep connection files, launchers' logs and stacks in the IPython profile "mpinb"
 # ($IPYTHONDIR, else ~/.ipython): this run's pools (and its kernels) use an IPython folder of the
 # run's own. A run then never reads what another run or the user's own pools left in ~/.ipython,
-# and the run's end can check that its pools removed their files there.
-IPYTHON_FOLDER = os.environ["IPYTHONDIR"] = os.path.join(RUNTIME_FOLDER, "ipython")
+# and the run's end can check that its pools removed their files there. Unlike the runtime
+# folder, it stands for a folder in the home directory, which the test hosts share as compute
+# nodes do (tests/multihost_cluster.py): a folder of its own in /tmp.
+IPYTHON_FOLDER = os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="mpinb-tests-ipython-")
 PROFILE_FOLDERS = [os.path.join(IPYTHON_FOLDER, "profile_mpinb", name) for name in ("log", "security", "stacks")]
 
 POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
@@ -144,6 +146,7 @@ def no_process_outlives_the_tests():
     profile_files = sorted(os.path.relpath(os.path.join(top, name), IPYTHON_FOLDER)
                            for folder in PROFILE_FOLDERS for top, _, names in os.walk(folder) for name in names)
     shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
+    shutil.rmtree(IPYTHON_FOLDER, ignore_errors=True)
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )

@@ -141,10 +141,12 @@ def on_host(host: Host, command: list[str]) -> list[str]:
 
 
 def _tops_in_tmp() -> list[str]:
-    """The folders directly in /tmp that hold this checkout, the Python in use or the working
-    directory (a CI clone in /tmp/ci): compute nodes see these as the login node does."""
+    """The folders directly in /tmp that hold this checkout, the Python in use, the working
+    directory (a CI clone in /tmp/ci) or the IPython folder (the test run's stands for one in the
+    home directory: see conftest.py): compute nodes see these as the login node does."""
     tops = set()
-    for path in (os.path.dirname(os.path.abspath(__file__)), sys.prefix, os.getcwd()):
+    ipython = os.environ.get("IPYTHONDIR", "/")
+    for path in (os.path.dirname(os.path.abspath(__file__)), sys.prefix, os.getcwd(), ipython):
         parts = os.path.realpath(path).split(os.sep)
         if len(parts) > 2 and parts[1] == "tmp":
             tops.add(parts[2])
@@ -167,6 +169,7 @@ args = sys.argv[1:]
 while args and args[0].startswith("-"):  # ssh's options, such as -x (no X11)
     args = args[1:]
 host = Host(*{table!r}[args[0]])
+os.environ["IPYTHONDIR"] = {os.environ.get("IPYTHONDIR", "")!r}  # shared, also with a daemon on a host calling
 command = on_host(host, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
 # a login's environment, as ssh gives: nothing of mpiexec's
 os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}})
