@@ -169,7 +169,9 @@ args = sys.argv[1:]
 while args and args[0].startswith("-"):  # ssh's options, such as -x (no X11)
     args = args[1:]
 host = Host(*{table!r}[args[0]])
-os.environ["IPYTHONDIR"] = {os.environ.get("IPYTHONDIR", "")!r}  # shared, also with a daemon on a host calling
+# the IPython folder the hosts share (see _tops_in_tmp), also when a daemon that mpiexec started on
+# a host calls this agent without it in its environment
+os.environ["IPYTHONDIR"] = {os.environ.get("IPYTHONDIR", "/")!r}
 command = on_host(host, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
 # a login's environment, as ssh gives: nothing of mpiexec's
 os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}})
