@@ -1,0 +1,2 @@
+"""Workloads that both the tests and the benchmarks run: each imports them from here, neither
+imports the other."""
