@@ -608,7 +608,7 @@ class Pool:
 
 
 # Pool's options, as its signature names them (after the size): options() reads them back, the
-# class docstring describes each (tests/test_units.py checks both).
+# class docstring describes each (tests/units/test_pool_side.py checks both).
 OPTIONS = tuple(name for name, parameter in signature(Pool.__init__).parameters.items()
                 if parameter.kind is Parameter.KEYWORD_ONLY)
 
