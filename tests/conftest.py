@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
+import json
 import os
-import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
-import psutil
 import pytest
 
 import mpinb
@@ -38,89 +37,15 @@ RUNTIME_FOLDER = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mpinb-
 IPYTHON_FOLDER = os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="mpinb-tests-ipython-")
 PROFILE_FOLDERS = [os.path.join(IPYTHON_FOLDER, "profile_mpinb", name) for name in ("log", "security", "stacks")]
 
-POOL_MARKERS = ("ipyparallel", "ipengine", "ipcontroller", "mpiexec", "hydra_pmi_proxy",
-                "mpinb/pool/_watchdog.py", "mpinb/pool/_controller_main.py", "mpinb/rank/_engine_main.py")
-ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
-
-
-# This checkout's mpinb: pools of another checkout or install (a second test run, the user's own
-# notebook) are theirs, not this run's.
-OUR_MPINB = os.path.dirname(os.path.abspath(mpinb.__file__))
-# This test run's mark, which every process it starts inherits (ranks and launcher daemons too):
-# `make test` runs the tests on two MPIs side by side from one checkout, and each run's checks
-# must not take the other's pools for its own.
-SESSION_VARIABLE = "MPINB_TEST_SESSION"
-OUR_SESSION = os.environ[SESSION_VARIABLE] = f"pytest-{os.getpid()}"
-
-
-def pool_processes() -> list[psutil.Process]:
-    """Every process on this machine that belongs to a pool of this test run (this checkout's
-    mpinb, and not marked as another run's)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "name"]):
-        try:
-            text = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
-        except psutil.Error:
-            continue
-        if any(marker in text for marker in POOL_MARKERS) and _session_of(proc) in (None, OUR_SESSION) \
-                and not _of_another_venv(text) and _of_this_checkout(proc, text):
-            found.append(proc)
-    return found
-
-
-def _session_of(proc: psutil.Process) -> str | None:
-    """The test run that started the process, if its environment says so."""
-    try:
-        return proc.environ().get(SESSION_VARIABLE)
-    except psutil.Error:  # (ended meanwhile, or a zombie: it cannot be told apart)
-        return None
-
-
-# The venvs of this checkout (one per MPI: .venv, .venv-impi, .venv-openmpi), and this run's.
-VENV_PROGRAM = re.compile(re.escape(os.path.dirname(OUR_MPINB)) + r"/(\.venv[^/\s]*)/bin/")
-OUR_VENV = os.path.basename(sys.prefix)
-
-
-def _of_another_venv(text: str) -> bool:
-    """Whether the process runs a program of another venv of this checkout: another MPI's test
-    run beside this one (a launcher's daemon started on a test host may not carry its run's mark
-    in its environment: MPICH's hydra_pmi_proxy, started through sh there, did not)."""
-    return any(venv != OUR_VENV for venv in VENV_PROGRAM.findall(text))
-
-
-def _of_this_checkout(proc: psutil.Process, text: str) -> bool:
-    """Whether the process, or one of its parents (mpiexec's daemons name no file), runs this
-    checkout's mpinb; an orphan that names no mpinb (a daemon whose parents are gone) counts, to be
-    safe. A chain of parents that reaches init without naming this checkout is another's (a
-    second checkout's test run on the same machine)."""
-    for step in range(8):
-        if OUR_MPINB in text:
-            return True
-        try:
-            parent = proc.parent()
-            if parent is None or parent.pid == 1:
-                return step == 0 and proc.ppid() in (0, 1) and "/mpinb/" not in text
-            proc, text = parent, " ".join(parent.cmdline())
-        except psutil.Error:
-            return True
-    return False
-
-
-def wait_until_gone(seconds: float = 10.0, ignore: set[int] = frozenset()) -> list[psutil.Process]:
-    """Pool processes (other than ``ignore``) still alive after ``seconds``; ``[]`` is good."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = [p for p in pool_processes() if p.pid not in ignore and _alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+# (imported after the folders are set: its import marks this session's processes)
+from _processes import (  # noqa: E402
+    ARTIFACTS,
+    in_use,
+    kernel_temporary_folders,
+    mpi_temporary_files,
+    pool_processes,
+    wait_until_gone,
+)
 
 
 @pytest.fixture
@@ -153,94 +78,19 @@ def no_process_outlives_the_tests():
     assert not pool_folders, f"pools' socket folders outlived the tests in {user_folder}: " + ", ".join(
         sorted(pool_folders))
     assert not profile_files, "pools' files outlived the tests in their IPython profile: " + ", ".join(profile_files)
-    left_files = mpi_temporary_files() - mpi_files_before - in_use()
+    left_files = _settled(lambda: mpi_temporary_files() - mpi_files_before - in_use())
     assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
-    left_folders = kernel_temporary_folders() - kernel_folders_before
+    left_folders = _settled(lambda: kernel_temporary_folders() - kernel_folders_before)
     assert not left_folders, "kernels' folders outlived the tests: " + ", ".join(sorted(left_folders))
 
 
-def kernel_temporary_folders() -> set[str]:
-    """The folders ipykernel's debugger left in the temporary folder (``ipykernel_<pid>``) for
-    a kernel that has ended (a running kernel's, of another test run, is not left yet)."""
-    import glob
-    import tempfile
-
-    return {path for path in glob.glob(os.path.join(tempfile.gettempdir(), "ipykernel_*"))
-            if not ((pid := path.rpartition("_")[2]).isdigit() and psutil.pid_exists(int(pid)))}
-
-
-# Which MPI writes the files of each prefix in mpinb._leftovers: a test run looks only at its own
-# MPI's, so that runs on two MPIs can go side by side (Intel MPI's launcher writes none of them).
-WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPICH",
-              "/dev/shm/sm_segment.": "Open MPI", "/dev/shm/vader_segment.": "Open MPI",
-              "/dev/shm/Intel_MPI_": "Intel MPI"}
-
-
-def mpi_temporary_files() -> set[str]:
-    """This MPI's shared-memory segments and the temporary files and folders its launcher writes
-    (see mpinb._leftovers)."""
-    import glob
-
-    from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
-
-    ours = this_mpi()
-    prefixes = [prefix for prefix in LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES if WRITTEN_BY[prefix] == ours]
-    found = {path for prefix in prefixes for path in glob.glob(prefix + "*")}
-    return found | (_orphaned_sessions() if ours == "Open MPI" else set())
-
-
-def _orphaned_sessions() -> set[str]:
-    """Open MPI's launcher's session folders ($TMPDIR/ompi.<its pid>) whose launcher is gone, and
-    every job folder of an MPI singleton (a process that started MPI without mpiexec:
-    $TMPDIR/ompi.<host>.<uid>/jf.0/<job>), which Open MPI 5 leaves even after MPI_Finalize."""
-    import glob
-    import tempfile
-
-    top = tempfile.gettempdir()
-    launchers = {path for path in glob.glob(os.path.join(top, "ompi.*"))
-                 if (pid := os.path.basename(path).removeprefix("ompi.")).isdigit()
-                 and not psutil.pid_exists(int(pid))}
-    return launchers | set(glob.glob(os.path.join(top, "ompi.*.*", "jf.*", "*")))
-
-
-def intel_mpi() -> bool:
-    """Whether this environment's mpiexec is Intel MPI's (an MPICH derivative: mpi_family says
-    "MPICH" for it, but its launcher and shared memory behave in their own ways)."""
-    return this_mpi() == "Intel MPI"
-
-
-@functools.cache
-def this_mpi() -> str:
-    """"MPICH", "Open MPI" or "Intel MPI": this environment's, from its ``mpiexec --version``."""
-    import subprocess
-
-    from mpinb.pool._launch import find_mpiexec, mpi_family_in
-
-    said = subprocess.run([find_mpiexec(), "--version"], capture_output=True, text=True, timeout=30)
-    text = said.stdout + said.stderr
-    return "Intel MPI" if "Intel(R) MPI" in text else mpi_family_in(text) or "MPICH"
-
-
-def files_of_pool(pool) -> set[str]:
-    """The MPI segments that the pool's ranks map and the launcher files their parents (MPICH's
-    proxies) hold open: this pool's own, whatever other pools on the machine write meanwhile."""
-    from mpinb._leftovers import launcher_files, mpi_segments
-
-    pids = [state["pid"] for state in pool.status()]
-    parents = set()
-    for pid in pids:
-        try:
-            parents.add(psutil.Process(pid).ppid())
-        except psutil.Error:
-            continue
-    return {path for path, _ in mpi_segments(pids) | launcher_files(parents)}
-
-
-def in_use() -> set[str]:
-    """Every such file that a process on this machine has open or mapped (another pool's is not ours)."""
-    from mpinb._leftovers import mpi_files
-
-    return {path for path, _ in mpi_files(proc.pid for proc in psutil.process_iter())}
+def _settled(leftovers: Callable[[], set[str]], seconds: float = 15.0) -> set[str]:
+    """What ``leftovers()`` still finds after up to ``seconds``: a test session beside this one (of
+    ``make test``'s stages) may be removing a file of its own just as this one looks."""
+    deadline = time.monotonic() + seconds
+    while (found := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return found
 
 
 @pytest.fixture(autouse=True)
@@ -309,9 +159,64 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_terminal_summary(terminalreporter) -> None:
     """Where the run's minutes went, a line per test file (setup, call and teardown): what to
-    look at first when `make test` grows past its budget."""
+    look at first when `make test` grows past its budget. ``MPINB_TIMINGS=FILE`` also writes them
+    as JSON (.ci/suite.py gathers each stage's)."""
+    if os.environ.get("MPINB_TIMINGS"):
+        with open(os.environ["MPINB_TIMINGS"], "w") as handle:
+            json.dump(_SECONDS_PER_FILE, handle, indent=1)
     if not _SECONDS_PER_FILE:
         return
     terminalreporter.section("seconds per test file")
     for file, seconds in sorted(_SECONDS_PER_FILE.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{seconds:8.1f} s  {file}")
+
+
+# `unit` means "starts no process" (`make check` runs these on every edit): a unit test that starts
+# one (a pool, a kernel, a subprocess) fails, saying what it started.
+_STARTS = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.system", "os.spawn")
+_started_by_unit_test: list[list[str]] = []
+
+
+def _note_starts(event: str, args: tuple) -> None:
+    if _started_by_unit_test and event.startswith(_STARTS):
+        _started_by_unit_test[-1].append(f"{event} {str(args)[:120]}")
+
+
+sys.addaudithook(_note_starts)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if item.get_closest_marker("unit") is None:
+        return (yield)
+    started: list[str] = []
+    _started_by_unit_test.append(started)
+    try:
+        return (yield)
+    finally:
+        _started_by_unit_test.remove(started)
+        if started:
+            pytest.fail("a test marked unit started a process (mark it otherwise, or start none): "
+                        + "; ".join(started[:3]), pytrace=False)
+
+
+# Every test collected, before `-m` deselects any: tests/test_layout.py checks that .ci/suite.py's
+# stages run each one where it should.
+COLLECTED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    session.stash[COLLECTED] = list(items)
+
+
+@pytest.fixture
+def collected_tests(request) -> list[pytest.Item]:
+    """Every test this session collected, also those that `-m` or `-k` left out."""
+    return request.session.stash.get(COLLECTED, [])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's folders go also when no test ran (`--collect-only`, nothing selected)."""
+    shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
+    shutil.rmtree(IPYTHON_FOLDER, ignore_errors=True)

@@ -174,7 +174,10 @@ host = Host(*{table!r}[args[0]])
 os.environ["IPYTHONDIR"] = {os.environ.get("IPYTHONDIR", "/")!r}
 command = on_host(host, ["sh", "-c", " ".join(args[1:])])  # one line, as ssh runs it
 # a login's environment, as ssh gives: nothing of mpiexec's
-os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}})
+# (and the mark of the test session that made the hosts, as every process it starts carries: see
+# tests/_processes.py)
+os.execvpe(command[0], command, {{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/"),
+                                  "MPINB_TEST_SESSION": {os.environ.get("MPINB_TEST_SESSION", "")!r}}})
 """)
     os.chmod(path, 0o755)
     return path

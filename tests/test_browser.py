@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from _processes import wait_until_gone
 from browser import CHROMIUM, CHROMIUM_FLAGS, jupyterlab, page_on, run_all, write_notebook
-from conftest import wait_until_gone
 
 from mpinb._colors import ODD, tint
 

@@ -10,7 +10,7 @@ import sys
 
 import nbformat
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 
 from mpinb.pool._launch import find_mpiexec, mpi_family
 
@@ -193,3 +193,16 @@ def test_tutorials_are_copied_and_a_learners_edits_are_never_overwritten(tmp_pat
     not_a_folder.write_text("")
     refused = mpinb("tutorials", str(not_a_folder), timeout=60)
     assert refused.returncode == 2 and "is a file, not a folder" in refused.stderr
+
+
+@pytest.mark.timeout(20)
+def test_the_bench_starts():
+    """``make test`` runs no benchmark: this keeps a rename in mpinb from breaking ``make bench``
+    (``--help`` imports every module that the bench's runs use)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    usage = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=root, capture_output=True, text=True,
+                           timeout=60)
+    assert usage.returncode == 0 and "--only" in usage.stdout, usage.stderr

@@ -10,10 +10,13 @@ import threading
 import time
 
 import pytest
+from _processes import SKIP_ON_INTEL
 
 import mpinb
 from mpinb._colors import ODD
 from mpinb.pool._launch import plain_mpiexec
+
+pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL]
 
 RING = "comm.send([rank] * 500_000, dest=(rank + 1) % size)\ndata = comm.recv(source=(rank - 1) % size)\n"
 
@@ -36,6 +39,7 @@ def in_background(pool, code: str, **kwargs) -> tuple[threading.Thread, dict]:
 
 # -- stacks -----------------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_stacks_tell_idle_waiting_and_running_ranks_apart(pool4):
     assert pool4.stacks().text().splitlines()[-1] == "ranks 0-3: idle"
     code = ("import time\ndef exchange():\n    return comm.recv(source=3)\n"
@@ -92,6 +96,7 @@ def test_a_rank_in_a_long_c_call_is_read_from_outside(pool4):
 
 # -- post-mortem ------------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_post_mortem_on_the_rank_that_divided_by_zero(pool4):
     with pytest.raises(mpinb.RankError):
         pool4.run("def ratio(a, b):\n    return a / b\nshare = 12\nparts = rank - 2\nratio(share, parts)")
@@ -249,6 +254,7 @@ def test_a_scripts_breakpoint_under_plain_mpiexec_is_pythons_pdb(tmp_path):
 
 # -- side by side -------------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_inspect_finds_the_one_rank_whose_array_differs(pool4):
     pool4.run("import numpy as np\ngrid = np.arange(12.0).reshape(3, 4)\nif rank == 2:\n    grid[1, 2] = -1.0")
     seen = pool4.inspect("grid")

@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 import pytest
 from browser import CHROMIUM, CHROMIUM_FLAGS
 
+pytestmark = [pytest.mark.site, pytest.mark.browser]
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SITE = os.path.join(ROOT, "build", "docs")
 

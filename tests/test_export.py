@@ -12,7 +12,7 @@ import sys
 
 import nbformat
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 
 from mpinb.notebook._export import ExportError, export_cells, write
 from mpinb.pool._launch import plain_mpiexec
@@ -48,6 +48,8 @@ def under_mpiexec(n: int, script: str, cwd: str, timeout: float = 300) -> subpro
 
 # -- what the program says, without running it ------------------------------------------------------
 
+@pytest.mark.unit
+@pytest.mark.quick
 def test_the_cells_become_one_program_in_their_order():
     exported = export_cells(cells(
         "%load_ext mpinb\nimport numpy as np",
@@ -75,6 +77,7 @@ def test_the_cells_become_one_program_in_their_order():
     assert "# left out (it shows the message-flow views of a run):\n#   %mpi trace" in script
 
 
+@pytest.mark.unit
 def test_the_notebooks_names_never_overwrite_the_ranks():
     """On rank 0 the notebook's code shares a namespace with the ranks' code: a notebook variable
     with a rank variable's name is spelt apart, and what the ranks pull is the ranks' own."""
@@ -88,6 +91,7 @@ def test_the_notebooks_names_never_overwrite_the_ranks():
     assert script.rstrip().endswith("print(counts, helper())"), "the ranks' own names, untouched"
 
 
+@pytest.mark.unit
 def test_what_only_a_notebook_has_is_left_out_with_what_used_it():
     exported = export_cells(cells(
         "%%mpi -n 2\nx = rank",
@@ -108,11 +112,13 @@ def test_what_only_a_notebook_has_is_left_out_with_what_used_it():
     compile(exported.script, "exported.py", "exec")
 
 
+@pytest.mark.unit
 def test_pools_of_different_sizes_cannot_be_one_program():
     with pytest.raises(ExportError, match=r"pools of different sizes \(cell 1: -n 2; cell 2: -n 4\)"):
         export_cells(cells("%%mpi -n 2\nx = 1", "%%mpi -n 4\ny = 2"))
 
 
+@pytest.mark.unit
 def test_the_mpi_kernel_and_autompi_send_plain_cells_to_the_ranks():
     kernel = export_cells(cells("x = rank", "%%local\nprint('here')", "%mpi start -n 3"), mpi_kernel=True)
     assert kernel.ranks == 3 and "\nx = rank\n" in kernel.script and "    print('here')" in kernel.script
@@ -155,6 +161,7 @@ PROGRAM = [
 ]
 
 
+@pytest.mark.quick
 @pytest.mark.timeout(300)
 def test_the_program_gives_under_mpiexec_what_the_pool_gave(tmp_path, existing_pools):
     source = notebook(tmp_path / "program.ipynb", PROGRAM)

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 import pytest
-from conftest import ARTIFACTS, wait_until_gone
+from _processes import ARTIFACTS, wait_until_gone
 
 import mpinb
 from mpinb._ranges import parse_ranks
 from mpinb._shared import SHARED_MEMORY
+
+pytestmark = [pytest.mark.every_mpi, pytest.mark.hosts]
 
 SEED = int(os.environ.get("MPINB_FAULT_SEED") or random.SystemRandom().randrange(10**6))
 ROWS = 4_000_000  # 32 MB of float64: a data move lasts long enough to be hit half-way

@@ -9,6 +9,8 @@ import mpinb
 from mpinb._events import COLLECTIVE, IO
 from mpinb.trace._svg import space_time_svg
 
+pytestmark = pytest.mark.every_mpi
+
 
 def _cell(path) -> str:
     return (

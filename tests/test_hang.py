@@ -8,9 +8,11 @@ import threading
 import time
 
 import pytest
-from conftest import pool_processes
+from _processes import pool_processes
 
 import mpinb
+
+pytestmark = pytest.mark.every_mpi
 
 # Every rank sends 1 MB to the next before it receives. A standard send of 1 MB deadlocks the ring
 # under MPICH and Open MPI (their eager limits are far below it), but Intel MPI buffers it, so the
@@ -22,6 +24,7 @@ def hang_notices(sink: list):
     return lambda rank, kind, data: sink.append((time.monotonic(), data)) if kind == "hang" else None
 
 
+@pytest.mark.quick
 def test_classic_ring_deadlock_is_diagnosed_live_and_the_pool_survives(pool4):
     notices: list = []
     began = time.monotonic()
@@ -40,6 +43,7 @@ def test_classic_ring_deadlock_is_diagnosed_live_and_the_pool_survives(pool4):
     assert res.value == {r: ("fresh", (r - 1) % 4) for r in range(4)}
 
 
+@pytest.mark.quick
 def test_interrupt_returns_control_within_two_seconds(pool4):
     threading.Timer(1.5, _thread.interrupt_main).start()  # the notebook's stop button
     began = time.monotonic()
@@ -52,6 +56,7 @@ def test_interrupt_returns_control_within_two_seconds(pool4):
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
 
 
+@pytest.mark.quick
 def test_a_failing_rank_releases_the_ranks_waiting_for_it(pool4):
     began = time.monotonic()
     with pytest.raises(mpinb.RankError) as info:
@@ -177,6 +182,7 @@ def test_a_collective_missing_ranks_that_are_not_targeted(pool4):
     assert pool4.run("comm.allreduce(1)").value == {r: 4 for r in range(4)}
 
 
+@pytest.mark.quick
 def test_a_dead_rank_is_named_and_the_pool_restarts(tmp_path):
     with mpinb.Pool(3) as pool:
         pool.run("kept = 1")
@@ -286,7 +292,7 @@ def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
 @pytest.mark.timeout(120)
 def test_the_kernels_stop_button_interrupts_a_deadlocked_cell(existing_pools):
     """The real path: a Jupyter kernel, the interrupt that JupyterLab's stop button sends."""
-    from conftest import wait_until_gone
+    from _processes import wait_until_gone
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3")

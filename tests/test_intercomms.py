@@ -10,7 +10,8 @@ import pytest
 import mpinb
 from mpinb._events import COLLECTIVE
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.every_mpi,
+              pytest.mark.timeout(90)]
 
 # Even ranks and odd ranks, joined by an intercommunicator whose leaders are world ranks 0 and 1.
 HALVES = ("half = comm.Split(rank % 2, rank)\n"

@@ -8,7 +8,7 @@ import time
 
 import jupyter_client
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 
 from mpinb.cli import _kernelspec as kernelspec
 
@@ -38,7 +38,7 @@ def execute(client, code: str, timeout: float = 60) -> tuple[dict, str]:
 @pytest.fixture(scope="module")
 def mpi_kernel(tmp_path_factory):
     """The MPI kernel, as installed by `mpinb kernel install -n 3` (into a private Jupyter path)."""
-    from conftest import pool_processes
+    from _processes import pool_processes
 
     existing_pools = {p.pid for p in pool_processes()}
     path = tmp_path_factory.mktemp("jupyter")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mpinb"
 # What both sides share (standard library and numpy only, plus each other); the rank side may use
@@ -228,14 +230,16 @@ def test_the_readme_map_names_every_module_and_folder():
                if path.name != "__init__.py" and path.name not in named]
     folders = [path.name + "/" for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()]
     missing += [folder for folder in folders if folder not in text]
-    tops = [name + "/" for name in ("notebooks", "bench", "kernel", "tests", "docs") if (ROOT / name).is_dir()]
+    tops = [name + "/" for name in ("notebooks", "bench", "kernel", "tests", "docs", "workloads", ".ci")
+            if (ROOT / name).is_dir()]
     missing += [top for top in tops if top not in text]
     assert not missing, f"the README's map ('How it is built') does not name {missing}"
 
 
 def test_the_readme_map_names_nothing_that_is_gone():
     names = set(re.findall(r"\b(_?\w+\.(?:py|js|c))\b", _map()))
-    present = {path.name for folder in ("mpinb", "tests", "bench", "docs") for path in (ROOT / folder).rglob("*")
+    present = {path.name for folder in ("mpinb", "tests", "bench", "docs", "workloads", ".ci")
+               for path in (ROOT / folder).rglob("*")
                if path.is_file()}
     gone = sorted(names - present)
     assert not gone, f"the README's map names files that are not in the tree: {gone}"
@@ -321,21 +325,109 @@ def test_the_state_each_es_module_reads_is_the_state_python_syncs():
                 assert set(re.findall(r'"(\w+)"', interface[name])) == set(trait.values), f"{cls.__name__}.{name}"
 
 
-def _make_list(name: str) -> list[str]:
-    """The files a list variable of the Makefile names (``NAME := a \\`` continued lines)."""
-    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
-    found = re.search(rf"^{name} := (.*)$", text, re.MULTILINE)
-    assert found, f"the Makefile no longer defines {name}"
-    return found.group(1).split()
+# -- the tiers and .ci/suite.py's stages select tests by marker ---------------------------------
+
+def _suite():
+    """.ci/suite.py, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ci_suite", ROOT / ".ci" / "suite.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_the_tests_that_make_hosts_never_run_in_make_tests_second_lane():
-    """`make test` runs Open MPI's core tests beside MPICH's, except those that make hosts of
-    their own (network namespaces, a Slurm cluster), since MPICH's make the same: a core test file
-    that makes hosts must be in HOST_MAKING_TESTS, or two runs would make them at once."""
-    making = re.compile(r"\b(from|import) (multihost_cluster|slurm_cluster)\b")
-    makers = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py") if making.search(path.read_text())}
-    assert makers, "no test makes hosts any more: the lanes' rule has nothing to check"
-    core, kept_out = set(_make_list("CORE_TESTS")), set(_make_list("HOST_MAKING_TESTS"))
-    assert core & makers <= kept_out, f"add {sorted(core & makers - kept_out)} to HOST_MAKING_TESTS"
-    assert not set(_make_list("IMPI_TESTS")) & makers, "Intel MPI's tests run in the lane: none may make hosts"
+@pytest.fixture
+def every_test(collected_tests) -> list[tuple[str, set[str]]]:
+    """(file, marks) of every test of tests/, as this session collected them before `-m` chose."""
+    items = collected_tests
+    files = {item.nodeid.split("::")[0] for item in items}
+    if not {f"tests/{path.relative_to(ROOT / 'tests')}" for path in (ROOT / "tests").rglob("test_*.py")} <= files:
+        pytest.skip("needs every test file collected (pytest tests, with any -m)")
+    return [(item.nodeid.split("::")[0], {mark.name for mark in item.iter_markers()}) for item in items]
+
+
+def test_make_test_runs_each_test_once_on_each_mpi_it_is_for(every_test):
+    """Every test once on MPICH; the every_mpi ones once on Open MPI and on Intel MPI too (except,
+    on Intel MPI, those that make hosts: see RUNS_ON)."""
+    from _pytest.mark.expression import Expression
+
+    suite = _suite()
+    stages = [stage for stage in suite.STAGES if stage.kind == "pytest"]
+    wrong = []
+    for file, marks in every_test:
+        for mpi, runs_there in suite.RUNS_ON.items():
+            runs = [stage.name for stage in stages if stage.mpi == mpi and stage.selects(file, marks)]
+            expected = 1 if not runs_there or Expression.compile(runs_there).evaluate(marks.__contains__) else 0
+            if len(runs) != expected:
+                wrong.append(f"{file} {sorted(marks)} on {mpi}: {runs or 'no stage'}")
+    assert not wrong, "tests that make test would not run exactly where they should:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_the_stages_name_only_registered_marks_files_and_stages():
+    suite = _suite()
+    registered = {line.split(":")[0] for line in _pyproject()["tool"]["pytest"]["ini_options"]["markers"]}
+    names = {stage.name for stage in suite.STAGES}
+    assert len(names) == len(suite.STAGES), "two stages of one name"
+    for stage in suite.STAGES:
+        used = set(re.findall(r"\w+", stage.select)) - {"and", "or", "not"}
+        assert not stage.select or used <= registered, f"{stage.name} selects by unknown marks {used - registered}"
+        assert all((ROOT / path).exists() for path in stage.files + stage.ignore), stage.name
+        assert set(stage.after) <= names, f"{stage.name} comes after a stage that is not there"
+        assert stage.weight <= suite.CAPACITY or stage.weight <= 2, stage.name
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_each_test_that_makes_hosts_or_drives_a_browser_is_marked_so(every_test):
+    """A test file that imports the hosts' makers (network namespaces, Slurm) is marked hosts (two
+    such stages never run at once); one that imports the browser's launcher is marked browser."""
+    makers = {"multihost_cluster": "hosts", "slurm_cluster": "hosts", "browser": "browser"}
+    needs: dict[str, set[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        top = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        top |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+        needs[f"tests/{path.relative_to(ROOT / 'tests')}"] = {mark for name, mark in makers.items() if name in top}
+    assert any(needs.values()), "no test makes hosts or drives a browser any more: nothing to check"
+    unmarked = sorted({f"{file}: {needs[file] - marks}" for file, marks in every_test if needs[file] - marks})
+    assert not unmarked, unmarked
+
+
+def test_make_test_quick_has_a_test_of_each_behaviour_a_change_most_often_breaks(every_test):
+    quick = {file for file, marks in every_test if "quick" in marks}
+    behaviours = {"tests/test_pool.py": "a pool starts and runs, per-rank output",
+                  "tests/test_hang.py": "a deadlock diagnosed and interrupted, the pool intact; a death",
+                  "tests/test_trace.py": "a trace", "tests/test_magics.py": "the magics and the views",
+                  "tests/test_verify.py": "--verify finding", "tests/test_debug.py": "stacks and inspect",
+                  "tests/test_export.py": "export", "tests/test_notebooks.py": "one tutorial executed",
+                  "tests/test_run_file.py": "a script as mpiexec runs it"}
+    missing = {file: what for file, what in behaviours.items() if file not in quick}
+    assert not missing, f"make test-quick tests none of: {missing}"
+    assert not [file for file, marks in every_test if {"quick", "hosts"} <= marks or {"quick", "slow"} <= marks], \
+        "a quick test that makes hosts or is slow"
+
+
+def test_the_unit_tests_folder_holds_only_unit_tests(every_test):
+    unmarked = sorted({file for file, marks in every_test if file.startswith("tests/units/") and "unit" not in marks})
+    assert not unmarked, f"mark these unit or move them out of tests/units: {unmarked}"
+
+
+def test_the_tests_import_their_helpers_as_modules_and_never_the_benchmarks():
+    """conftest.py holds fixtures (pytest imports it); the helpers are modules of their own; what
+    the tests share with bench/ lives in workloads/, which imports neither."""
+    offenders = []
+    for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "workloads").rglob("*.py")]:
+        if path.parent.name == "scripts":  # (programs the tests run, one broken on purpose)
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad = [name for name in names if name.split(".")[0] in ("conftest", "bench", "tests")]
+            if bad:
+                offenders.append(f"{path.relative_to(ROOT)}: {bad}")
+    assert not offenders, offenders

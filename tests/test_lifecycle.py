@@ -12,10 +12,12 @@ import time
 
 import psutil
 import pytest
-from conftest import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, this_mpi, wait_until_gone
+from _processes import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, this_mpi, wait_until_gone
 
 import mpinb
 from mpinb.pool._launch import find_mpiexec, mpi_family
+
+pytestmark = pytest.mark.every_mpi
 
 
 @pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError)])
@@ -86,6 +88,7 @@ def test_a_long_temporary_folder_still_gives_the_pool_a_private_one(tmp_path, mo
             os.rmdir(fallback)
 
 
+@pytest.mark.unit
 def test_a_user_folder_removed_while_a_pool_starts_is_made_again(tmp_path, monkeypatch):
     """A cleaner of old temporary folders (systemd-tmpfiles, a test run beside) may remove the
     empty mpinb-<uid> between its check and the making of the pool's folder in it."""
@@ -166,6 +169,7 @@ def test_using_a_stopped_pool_says_what_to_do():
         pool.run("pass")
 
 
+@pytest.mark.quick
 def test_start_stop_restart_leave_nothing_behind(existing_pools):
     pool = mpinb.Pool(2)
     with pool:
@@ -402,7 +406,7 @@ def test_the_leak_checks_take_only_this_test_runs_processes_for_their_own(sessio
     """`make test` runs two test runs side by side from one checkout: a process that another run
     started is marked so, and is not this run's, so that neither run's checks see the other's
     pools as left behind."""
-    from conftest import OUR_MPINB, SESSION_VARIABLE
+    from _processes import OUR_MPINB, SESSION_VARIABLE
 
     env = dict(os.environ, **({SESSION_VARIABLE: session} if session else {}))
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
@@ -414,10 +418,11 @@ def test_the_leak_checks_take_only_this_test_runs_processes_for_their_own(sessio
         stand_in.wait(10)
 
 
+@pytest.mark.unit
 def test_each_leftover_file_is_told_apart_by_the_mpi_that_writes_it():
     """The checks of MPI's leftover files look only at this MPI's, so that runs on two MPIs can go
     side by side: each prefix that mpinb cleans up must say which MPI writes it."""
-    from conftest import WRITTEN_BY
+    from _processes import WRITTEN_BY
 
     from mpinb._leftovers import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 

@@ -29,6 +29,7 @@ def shown(monkeypatch):
     return views
 
 
+@pytest.mark.quick
 def test_the_ring_from_the_issue(ip, shown):
     ip.run_cell_magic("mpi", "-n 4", (
         "from mpi4py import MPI\n"
@@ -230,6 +231,7 @@ def test_restart_keeps_how_the_pool_was_started(ip):
         session.use_pool(shared)
 
 
+@pytest.mark.quick
 def test_traced_cells_show_the_message_views(ip, monkeypatch):
     from mpinb.widgets import TraceView
 

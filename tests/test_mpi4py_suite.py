@@ -5,7 +5,9 @@ through ``Pool.run_file`` in a long-lived pool: every module in one traced pool,
 module again in one untraced pool, and in one that verifies every run (``Pool(verify=True)``:
 findings allowed, no failure). The pool
 must run as many tests, fail none that ``mpiexec`` passes, lose no rank, and still answer a
-collective correctly afterwards. ``make test`` fetches the suite into ``.venv/mpi4py-suite``.
+collective correctly afterwards. A session fixture fetches the suite once into the user's cache
+(``$XDG_CACHE_HOME/mpinb``, beside pip's), so that collecting this file needs no network; the
+modules it runs are listed in ``mpi4py_suite/modules.txt``, which a test compares with the suite.
 """
 
 from __future__ import annotations
@@ -23,12 +25,17 @@ from mpinb.pool._launch import plain_mpiexec
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "mpi4py_suite" / "runner.py"
-CACHE = HERE.parent / ".venv" / "mpi4py-suite"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpinb"
+MODULE_LIST = HERE / "mpi4py_suite" / "modules.txt"
 RANKS = 2
 MODULE_TIMEOUT = 120
+MODULES = MODULE_LIST.read_text().split()
 
 
-def _suite_dir() -> Path:
+@pytest.fixture(scope="session")
+def suite() -> Path:
+    """The installed mpi4py's own test/ folder, fetched on first use (the only step that needs the
+    network), and cached."""
     sys.path.insert(0, str(HERE / "mpi4py_suite"))
     try:
         from fetch import fetch
@@ -38,12 +45,16 @@ def _suite_dir() -> Path:
     return fetch(CACHE)
 
 
-SUITE = _suite_dir()
-MODULES = sorted(p.stem for p in SUITE.glob("test_*.py"))
+def test_the_module_list_is_the_suites(suite):
+    """modules.txt names every module of the installed mpi4py's suite (a new mpi4py adds some:
+    rewrite the list with `ls CACHE/mpi4py-X/test/test_*.py`)."""
+    assert MODULES == sorted(p.stem for p in suite.glob("test_*.py")), (
+        f"{MODULE_LIST} does not list the modules of {suite}: write it anew from that folder")
 _baseline: dict[str, list[dict] | None] = {}
 _unrunnable: dict[str, str] = {}  # module -> what plain mpiexec said of it
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * MODULE_TIMEOUT + 30)]
+pytestmark = [pytest.mark.every_mpi,
+              pytest.mark.slow, pytest.mark.timeout(2 * MODULE_TIMEOUT + 30)]
 
 
 def _reports(prefix: Path) -> list[dict]:
@@ -56,11 +67,11 @@ def _reports(prefix: Path) -> list[dict]:
     return reports
 
 
-def under_mpiexec(module: str, workdir: Path) -> list[dict]:
+def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
     """Each rank's report of the module under plain mpiexec (computed once per module)."""
     if module not in _baseline:
         prefix = workdir / f"{module}-mpiexec"
-        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(SUITE), module, str(prefix)])
+        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), module, str(prefix)])
         env["TMPDIR"] = str(_temporary(workdir))
         try:
             done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=MODULE_TIMEOUT, env=env)
@@ -120,14 +131,14 @@ RUN_SILENT = os.environ.get("MPINB_SUITE_SILENT", "1") != "0"
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_module_runs_as_under_mpiexec(module, suite_pool, suite_workdir, monkeypatch):
+def test_module_runs_as_under_mpiexec(module, suite, suite_pool, suite_workdir, monkeypatch):
     pool, traced = suite_pool
     if module in SILENT and (pool.verify or not traced or not RUN_SILENT):
         pytest.skip(f"{module} makes no communication call: one traced pass on one MPI covers it")
     monkeypatch.chdir(suite_workdir)  # some modules write files into the working directory
-    expected = under_mpiexec(module, suite_workdir)
+    expected = under_mpiexec(module, suite_workdir, suite)
     prefix = suite_workdir / f"{module}-pool"
-    result = pool.run_file(RUNNER, args=[SUITE, module, prefix], timeout=MODULE_TIMEOUT,
+    result = pool.run_file(RUNNER, args=[suite, module, prefix], timeout=MODULE_TIMEOUT,
                            check=False, trace=traced)
     assert result.ok, "the runner itself failed in the pool:\n" + "\n".join(
         f.traceback for f in result.errors.values())
@@ -166,10 +177,10 @@ def _outcome(text: str) -> list[str]:
     return [lines[at].split(" in ")[0], verdict]
 
 
-def test_the_suites_own_runner_gives_mpiexecs_results_after_a_release(suite_workdir):
+def test_the_suites_own_runner_gives_mpiexecs_results_after_a_release(suite, suite_workdir):
     """mpi4py's test/main.py over several modules in one traced pool, before and after a run in
     which one rank failed while the other was released: each rank ends as under mpiexec."""
-    main = SUITE / "main.py"
+    main = suite / "main.py"
     args = ["-q", *(part for module in WORLD_MODULES for part in ("-i", module))]
     cmd, env = plain_mpiexec(RANKS, [sys.executable, str(main), *args])
     done = subprocess.run(cmd, cwd=suite_workdir, capture_output=True, text=True, timeout=MODULE_TIMEOUT, env=env)

@@ -19,7 +19,7 @@ import time
 
 import psutil
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 from multihost_cluster import (
     check_clocks_across_hosts,
     check_data_across_hosts,
@@ -32,6 +32,7 @@ import mpinb
 from mpinb.notebook import _session as session
 
 pytestmark = [
+    pytest.mark.every_mpi, pytest.mark.hosts,
     pytest.mark.skipif(
         os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("unshare"),
         reason="needs root (network namespaces), slurm-wlm and unshare: `make test` runs as root and installs it"),

@@ -34,9 +34,10 @@ from mpinb.notebook import _session as session
 from mpinb.pool import _launch
 from mpinb.pool._launch import find_mpiexec
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.every_mpi, pytest.mark.hosts,
+              pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"),
-    reason="needs root (network namespaces) and unshare: `make test` runs as root")
+    reason="needs root (network namespaces) and unshare: `make test` runs as root")]
 
 HOSTS = {0: "node1", 1: "node2", 2: "node1", 3: "node2"}
 
@@ -114,7 +115,7 @@ def test_an_eavesdropper_on_the_network_reads_nothing_of_a_pool_across_hosts(poo
 @pytest.mark.timeout(180)
 def test_the_eavesdropper_reads_a_pool_that_was_told_not_to_encrypt(hosts, existing_pools):
     """The same capture of a pool started with --no-encrypt sees the secret: the check above can fail."""
-    from conftest import wait_until_gone
+    from _processes import wait_until_gone
 
     namespaces, agent = hosts
     mpiexec = find_mpiexec()
@@ -275,7 +276,7 @@ def test_ranks_started_elsewhere_than_the_pool_expects_say_so_at_once(hosts, mon
     """A source of hosts that mpinb does not know (stood in for by hiding the hosts it does know):
     the ranks find themselves on node1 and node2, not here, and end the start at once saying so,
     instead of waiting in vain for a controller that listens on this host only."""
-    from conftest import wait_until_gone
+    from _processes import wait_until_gone
 
     namespaces, agent = hosts
     there = {host.name: sorted(_processes_on(host)) for host in namespaces}  # the module's own pool, if up

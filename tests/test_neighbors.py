@@ -7,6 +7,8 @@ import pytest
 
 import mpinb
 
+pytestmark = pytest.mark.every_mpi
+
 # A 2 x 2 grid, periodic along its first dimension only: each rank has 4 neighbour slots, some of
 # them PROC_NULL (None in the lowercase results), and one neighbour on both sides of the ring.
 GRID = """\

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 from nbclient import NotebookClient
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "notebooks")
@@ -47,7 +47,11 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.relpath(p, HERE) for p in NOTEBOOKS])
+@pytest.mark.site
+@pytest.mark.parametrize("path", [
+    pytest.param(path, id=os.path.relpath(path, HERE),
+                 marks=[pytest.mark.quick] if path == ENGLISH[0] else [])  # the first tutorial: `make test-quick`
+    for path in NOTEBOOKS])
 def test_tutorial_runs_and_checks_itself(path, tmp_path, existing_pools, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks cleared"
@@ -123,6 +127,7 @@ REJECTED_CHINESE = {"光环": "晕环", "挂出": "发起", "孪生兄弟": "非
                     "把每个副本都在重复的东西分片": "把每个副本重复保存的东西分片"}
 
 
+@pytest.mark.unit
 def test_the_chinese_text_keeps_to_the_glossarys_terms():
     """Nowhere Chinese is shown (tutorials, glossary, mpinb's messages, diagrams) uses a rejected phrase."""
     places = [*CHINESE, *glob.glob(os.path.join(HERE, "zh", "*.md")),
@@ -132,6 +137,7 @@ def test_the_chinese_text_keeps_to_the_glossarys_terms():
     assert not found, [f"{path}: {phrase} (write {REJECTED_CHINESE[phrase]})" for path, phrase in found]
 
 
+@pytest.mark.unit
 def test_every_tutorial_has_a_chinese_twin_with_the_same_code():
     """The translations cannot drift: same cells in the same order, the same code (its comments and
     its display text aside, which the Chinese twin may translate), prose in Chinese."""
@@ -176,6 +182,7 @@ GOALS = {"en": ("> **What you will be able to do**", "> **Prerequisites:**"),
 TAKEAWAYS = {"en": "## Takeaways", "zh": "## 要点回顾"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.relpath(p, HERE) for p in NOTEBOOKS])
 def test_every_tutorial_opens_with_its_goals_and_ends_with_its_takeaways(path):
     """A learner sees first what the notebook will teach and what it assumes, and last what to keep."""
@@ -214,6 +221,7 @@ def test_kernel_shutdown_stops_a_pool_left_running(tmp_path, existing_pools):
     assert not wait_until_gone(10, existing_pools)
 
 
+@pytest.mark.unit
 def test_the_twin_check_sets_aside_comments_and_translated_text_but_not_code():
     en = 'x = 1  # one\nprint(f"rank {rank} got {x}")\nplt.title("loss")\nkey = "loss"\n'
     zh = 'x = 1  # 一\n# 另一行注释\nprint(f"rank {rank} 收到 {x}")\nplt.title("损失")\nkey = "loss"\n'
@@ -226,6 +234,7 @@ def test_the_twin_check_sets_aside_comments_and_translated_text_but_not_code():
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
 
 
+@pytest.mark.unit
 def test_the_diagrams_are_drawn_by_their_script_and_shown_in_both_languages():
     """Every picture a tutorial shows is a local SVG that docs/draw_figures.py draws (so the two
     languages cannot drift), with no external reference (learners may be offline), and each

@@ -9,6 +9,8 @@ import pytest
 import mpinb
 from mpinb._events import COLLECTIVE, PROBE
 
+pytestmark = pytest.mark.every_mpi
+
 RING = """\
 import numpy as np
 out, got = np.full(2, rank * 1.0), np.zeros(2)

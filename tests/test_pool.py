@@ -12,7 +12,10 @@ import pytest
 import mpinb
 from mpinb._values import ReprOnly
 
+pytestmark = pytest.mark.every_mpi
 
+
+@pytest.mark.quick
 def test_values_and_stdout_per_rank(any_pool):
     res = any_pool.run("x = rank * 2\nprint(x)\nx")
     n = any_pool.size
@@ -377,6 +380,7 @@ def test_live_output_reaches_the_callback_while_running(pool4):
     assert len([1 for _, kind, _ in seen if kind == "stdout"]) >= 2, "output arrived in pieces, live"
 
 
+@pytest.mark.quick
 def test_timeout_interrupts_and_the_pool_survives(pool4):
     with pytest.raises(TimeoutError, match="did not finish within 1 s"):
         pool4.run("import time\ntime.sleep(30)", timeout=1)
@@ -409,6 +413,7 @@ def test_status_lists_every_rank(pool4):
     assert {row["state"] for row in pool4.status()} == {"idle"}, "a run's end is the pool's own: no lag"
 
 
+@pytest.mark.quick
 def test_keyboard_interrupt_stops_the_ranks_and_the_pool_survives(pool4):
     import _thread
     import threading

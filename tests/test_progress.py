@@ -123,6 +123,7 @@ def test_plain_mpiexec_prints_one_bar_from_rank_0():
     assert len(bars) == 1 and "100%" in bars[0] and "50/50" in bars[0], done.stderr
 
 
+@pytest.mark.unit
 def test_the_text_bar_in_a_terminal_and_in_a_log(capsys):
     line = _progress.text_bar("fit", 450, 1000, 3.1, 145.0)
     assert line.startswith("fit:  45%|##########") and "450/1000" in line.replace(",", "") and "3.8 s" in line

@@ -13,6 +13,8 @@ import mpinb
 from mpinb._events import COLLECTIVE, EPOCH, RMA
 from mpinb.trace._waits import explain
 
+pytestmark = pytest.mark.every_mpi
+
 # Each rank puts its rank into slot ``rank`` of every other rank's window, in one Fence epoch.
 FENCE_PUTS = """\
 import numpy as np

@@ -11,6 +11,8 @@ import pytest
 import mpinb
 from mpinb.pool._launch import plain_mpiexec
 
+pytestmark = pytest.mark.every_mpi
+
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
 
@@ -19,6 +21,7 @@ def under_mpiexec(script: str, n: int, *args: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True, env=env).stdout
 
 
+@pytest.mark.quick
 def test_same_output_as_plain_mpiexec(pool4):
     res = pool4.run_file(os.path.join(SCRIPTS, "ring.py"))
     merged = "".join(res.stdout[r] for r in range(4))

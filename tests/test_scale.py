@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import pool_processes, wait_until_gone
+from _processes import pool_processes, wait_until_gone
 
 import mpinb
+
+pytestmark = pytest.mark.slow
 
 RANKS = 64
 

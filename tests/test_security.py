@@ -16,10 +16,12 @@ import time
 import psutil
 import pytest
 import zmq
-from conftest import intel_mpi, wait_until_gone
+from _processes import SKIP_ON_INTEL, intel_mpi, wait_until_gone
 
 import mpinb
 from mpinb._leftovers import mpi_segments
+
+pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL]
 
 STRANGER = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 can_be_a_stranger = os.geteuid() == 0 and psutil.POSIX and os.path.exists("/usr/bin/setpriv")
@@ -99,6 +101,7 @@ def test_the_profile_logs_and_shared_memory_files_are_private():
         _shared.remove(shared["path"])
 
 
+@pytest.mark.unit
 def test_the_relay_never_signs_with_an_empty_key():
     from mpinb.rank._relay import _Signer
 
@@ -106,6 +109,7 @@ def test_the_relay_never_signs_with_an_empty_key():
         _Signer(b"")
 
 
+@pytest.mark.unit
 def test_only_a_rank_that_says_a_signed_hello_counts_as_joined():
     """A stranger's subscription (ZeroMQ counts it like any other) or unsigned hello is no rank."""
     from mpinb.rank._relay import _HELLO, _Hub, _Signer
@@ -152,6 +156,7 @@ def _stranger_with_keys(kind: int, address: str, hub_public: bytes) -> zmq.Socke
     return sock
 
 
+@pytest.mark.unit
 def test_an_encrypted_relay_lets_in_the_ranks_key_only():
     from mpinb._protocol import relay_keys
     from mpinb.rank._relay import _HELLO, _Hub, _Signer
@@ -182,6 +187,7 @@ def test_an_encrypted_relay_lets_in_the_ranks_key_only():
         hub.authenticator.stop()
 
 
+@pytest.mark.unit
 def test_a_frame_larger_than_a_reply_may_be_never_reaches_rank_0s_memory():
     """Rank 0 drops the connection of whoever sends more than ``max_reply_bytes`` in one frame,
     and goes on gathering the others' replies."""

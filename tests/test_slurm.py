@@ -10,12 +10,13 @@ import stat
 import time
 
 import pytest
-from conftest import wait_until_gone
+from _processes import wait_until_gone
 from slurm_cluster import jobs, open_mpi_without_pmix, single_node_slurm
 
 import mpinb
 
-pytestmark = pytest.mark.skipif(bool(open_mpi_without_pmix()), reason=open_mpi_without_pmix() or "")
+pytestmark = [pytest.mark.every_mpi, pytest.mark.hosts,
+              pytest.mark.skipif(bool(open_mpi_without_pmix()), reason=open_mpi_without_pmix() or "")]
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,12 @@ import time
 import numpy as np
 import psutil
 import pytest
-from conftest import ARTIFACTS
+from _processes import ARTIFACTS
 
 import mpinb
 from mpinb._shared import SHARED_MEMORY
+
+pytestmark = pytest.mark.slow
 
 CELLS = int(os.environ.get("MPINB_SOAK_CELLS", "2000"))
 WARM_UP = CELLS // 5

@@ -5,14 +5,18 @@ never ends is ended with the pool."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import psutil
 import pytest
+from _processes import SKIP_ON_INTEL
 
 import mpinb
 from mpinb.errors import MPIHangError
 from mpinb.trace._svg import space_time_svg
+
+pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL]
 
 CHILD = """\
 import sys, time
@@ -151,3 +155,26 @@ def test_a_spawned_child_that_never_ends_is_ended_with_the_pool(child):
     while _children(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _children(child), "the pool's stop ended its spawned child"
+
+
+@pytest.mark.timeout(20)
+def test_a_spawned_program_runs_as_python_runs_it(tmp_path):
+    """What the bootstrap of a spawned program runs (script, -m module, -c code) sees what it
+    would under ``python`` itself: its name, argv, path, and a ``__main__`` its classes pickle in."""
+    import subprocess
+
+    probe = ("import sys, pickle, json, os\n"
+             "class Thing: pass\n"
+             "print(json.dumps([__name__, [os.path.basename(a) for a in sys.argv], os.path.basename(sys.path[0]),\n"
+             "                  type(pickle.loads(pickle.dumps(Thing()))).__name__]))\n")
+    (tmp_path / "probe.py").write_text(probe)
+    bootstrap = "import sys\nfrom mpinb.rank._spawned import run\nrun(sys.argv[1:])"
+    for program in (["probe.py", "x", "-y"], ["-m", "probe", "z"], ["-c", probe, "w"]):
+        plain = subprocess.run([sys.executable, *program], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        booted = subprocess.run([sys.executable, "-c", bootstrap, *program], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=30)
+        assert plain.returncode == 0, plain.stderr
+        assert (booted.returncode, booted.stdout) == (0, plain.stdout), (program, booted.stderr)
+    missing = subprocess.run([sys.executable, "-c", bootstrap, "gone.py"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=30)
+    assert missing.returncode == 2 and "can't open file" in missing.stderr and "gone.py" in missing.stderr

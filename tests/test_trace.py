@@ -13,6 +13,8 @@ import mpinb
 from mpinb._events import COLLECTIVE, RECV
 from mpinb.trace._svg import summary_text
 
+pytestmark = pytest.mark.every_mpi
+
 
 def ops(trace, rank=None, kind=None) -> list[str]:
     events = trace.events
@@ -23,6 +25,7 @@ def ops(trace, rank=None, kind=None) -> list[str]:
     return list(events["op"])
 
 
+@pytest.mark.quick
 def test_ring_messages_pair_each_send_with_its_receive(pool4):
     res = pool4.run(
         "comm.send([rank] * 5, dest=(rank + 1) % size, tag=7)\n"
@@ -432,6 +435,7 @@ def test_communicators_made_after_an_aborted_run_get_new_ids(pool4):
 # -- wait states (mpinb.trace._waits) ------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_a_late_sender_is_found_on_the_receiving_line(pool4):
     res = pool4.run(
         "import time\n"
@@ -580,6 +584,7 @@ LATE_SENDER = (
 )
 
 
+@pytest.mark.quick
 def test_the_matrix_counts_bytes_messages_and_time(pool4):
     trace = pool4.run(LATE_SENDER).trace
     assert trace.matrix("bytes")[1, 0] == 8000 and trace.matrix("messages")[1, 0] == 1
@@ -780,7 +785,7 @@ def test_traced_reductions_give_the_bits_of_untraced_ones(pool4, python_tracer_p
     Intel MPI's own large Allreduce differs in the last bits from call to call unless asked for
     reproducible results (plain mpiexec gave 10 to 25 different sums of 2.4 MB in 40 calls, and
     one with I_MPI_CBWR=1): there both pools run in that mode (see python_tracer_pool)."""
-    from conftest import intel_mpi
+    from _processes import intel_mpi
 
     if intel_mpi():
         with mpinb.Pool(4, env=REPRODUCIBLE) as pool:

@@ -19,6 +19,7 @@ from mpinb.train import (
 )
 
 
+@pytest.mark.unit
 def test_backward_pass_matches_finite_differences():
     rng = np.random.default_rng(0)
     params = init_mlp([5, 4, 3], seed=1)
@@ -35,12 +36,14 @@ def test_backward_pass_matches_finite_differences():
             assert abs((up - down) / 2e-6 - g[index]) < 1e-6
 
 
+@pytest.mark.unit
 def test_digits_are_bundled_and_scaled():
     X, y = load_digits_data()
     assert X.shape == (1797, 64) and X.dtype == np.float64 and 0 <= X.min() and X.max() == 1.0
     assert sorted(set(y.tolist())) == list(range(10))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("schedule", [gpipe_schedule, one_f_one_b_schedule])
 @pytest.mark.parametrize("stages,micro", [(1, 1), (4, 1), (4, 3), (4, 8), (3, 16)])
 def test_schedules_run_every_micro_batch_once_forward_before_backward(schedule, stages, micro):
@@ -55,6 +58,7 @@ def test_schedules_run_every_micro_batch_once_forward_before_backward(schedule, 
     assert bubble_fraction(stages, micro) == (stages - 1) / (micro + stages - 1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("stages,chunks,micro", [(4, 1, 4), (4, 2, 4), (4, 2, 8), (4, 4, 8), (2, 3, 6), (1, 2, 3)])
 def test_the_interleaved_schedule_runs_each_chunk_once_and_shrinks_the_bubble(stages, chunks, micro):
     for ops in interleaved_schedule(stages, chunks, micro):
@@ -70,6 +74,7 @@ def test_the_interleaved_schedule_runs_each_chunk_once_and_shrinks_the_bubble(st
         assert plain == one_f_one_b_schedule(stages, micro)
 
 
+@pytest.mark.unit
 def test_the_interleaved_schedule_says_what_it_needs():
     with pytest.raises(ValueError, match="6 is not a multiple of 4"):
         interleaved_schedule(4, 2, 6)
@@ -184,6 +189,7 @@ il_loss, il_dW, il_db, _, il_peak = run_interleaved(
                 np.testing.assert_allclose(db[rank][chunk][k], grads[2 * layer + 1], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.unit
 def test_adam_on_a_shard_equals_the_same_elements_of_a_full_step():
     from mpinb.train import adam_update, flatten, shard_counts, unflatten
 

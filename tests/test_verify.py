@@ -8,12 +8,14 @@ import textwrap
 
 import numpy as np
 import pytest
+from _processes import SKIP_ON_INTEL
 
 import mpinb
 from mpinb._events import COLLECTIVE, RECV, SEND, WAIT
 from mpinb.trace import Trace
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL,
+              pytest.mark.timeout(120)]
 
 
 def _checks(result) -> list[tuple[str, int, int]]:
@@ -53,6 +55,7 @@ total = comm.allreduce(rank); comm.Barrier()
 """
 
 
+@pytest.mark.quick
 def test_a_ring_that_relies_on_buffering_is_found_with_its_line(pool4):
     verified = pool4.run(UNSAFE_RING, verify=True)
     assert _checks(verified) == [("buffering", 0, 2)]
@@ -487,6 +490,7 @@ def test_mpinb_verify_sets_the_default(monkeypatch):
     assert mpinb.Pool(2).verify is False
 
 
+@pytest.mark.quick
 def test_the_magics_take_verify_and_show_what_was_found(ip, capsys):
     ip.run_cell_magic("mpi", "--verify --view none", UNSAFE_RING)
     shown = capsys.readouterr().out
@@ -522,6 +526,7 @@ def _trace(events_by_rank) -> Trace:
                   for rank, events in events_by_rank.items()}, world_size=size)
 
 
+@pytest.mark.unit
 def test_the_replay_holds_a_send_until_its_receive_is_posted():
     unsafe = _trace({0: [_event("Send", SEND, 1, 0, 1.0, 1.1), _event("Recv", RECV, 1, 0, 1.2, 1.3)],
                      1: [_event("Send", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)]})
@@ -544,6 +549,7 @@ def test_the_replay_holds_a_send_until_its_receive_is_posted():
     assert [f.check for f in late.findings()] == ["buffering"]
 
 
+@pytest.mark.unit
 def test_members_of_a_collective_that_gave_different_bytes_are_named():
     def bcast(rank, size):
         return {"events": [_event("Bcast", COLLECTIVE, 0, -1, 1.0, 1.1)], "dropped": 0,
@@ -558,6 +564,7 @@ def test_members_of_a_collective_that_gave_different_bytes_are_named():
     assert unknown.findings() == [], "what a rank could not tell is not compared"
 
 
+@pytest.mark.unit
 def test_a_run_without_verify_has_no_replay():
     trace = _trace({0: [_event("Send", SEND, 0, 0, 1.0, 1.1), _event("Recv", RECV, 0, 0, 1.2, 1.3)]})
     assert trace.verified
