@@ -88,8 +88,13 @@ test-quick: install
 	$(BIN)/python -m pytest -m quick $(PYTEST_ARGS)
 
 # Everything, on every MPI, as CI runs it (.ci/run): the stages and their order are .ci/suite.py's.
+ifeq ($(MPI),mpich)
 test: install system lint
 	$(BIN)/python .ci/suite.py
+else
+test:
+	@echo "mpinb: make test runs every MPI (.ci/suite.py); MPI=$(MPI) is for make lab, check and test-quick"; exit 2
+endif
 
 # Line coverage per package, the ranks' processes too: test-quick's selection; `make coverage ALL=1`
 # for every MPICH test (not the other MPIs).

@@ -39,7 +39,10 @@ def per_package(report: dict) -> dict[str, tuple[int, int]]:
     """(statements, covered) of each package of mpinb (``mpinb/`` alone: its top-level modules)."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for path, data in report["files"].items():
-        parts = Path(path).relative_to(ROOT / "mpinb" if Path(path).is_absolute() else "mpinb").parts
+        where = Path(path) if Path(path).is_absolute() else ROOT / path
+        if not where.is_relative_to(ROOT / "mpinb"):
+            continue
+        parts = where.relative_to(ROOT / "mpinb").parts
         package = f"mpinb/{parts[0]}" if len(parts) > 1 else "mpinb/ (its own modules)"
         totals[package][0] += data["summary"]["num_statements"]
         totals[package][1] += data["summary"]["covered_lines"]
@@ -47,7 +50,7 @@ def per_package(report: dict) -> dict[str, tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--all", action="store_true", help="every MPICH test, not only make test-quick's")
     args, pytest_args = parser.parse_known_args(argv)
     shutil.rmtree(OUT, ignore_errors=True)
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     coverage = [sys.executable, "-m", "coverage"]
     selection = [] if args.all else ["-m", "quick"]
     tests = subprocess.run([*coverage, "run", "-m", "pytest", *selection, *pytest_args], cwd=ROOT, env=env)
+    if not list(OUT.glob("data.*")):
+        print(f"mpinb: no coverage data was written (the tests exited with {tests.returncode} before any ran)")
+        return tests.returncode or 1
     subprocess.run([*coverage, "combine", "-q"], cwd=ROOT, env=env, check=True)
     subprocess.run([*coverage, "json", "-q", "-o", str(OUT / "coverage.json")], cwd=ROOT, env=env, check=True)
     subprocess.run([*coverage, "html", "-q", "-d", str(OUT / "html")], cwd=ROOT, env=env, check=True)
@@ -67,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nline coverage of mpinb ({'every MPICH test' if args.all else 'make test-quick'}; "
           f"HTML in {OUT.relative_to(ROOT)}/html):")
     for name, (s, c) in table.items():
-        print(f"  {name:28} {c:6} of {s:6} lines  {c / s:4.0%}")
-    print(f"  {'all of mpinb':28} {covered:6} of {statements:6} lines  {covered / statements:4.0%}")
+        print(f"  {name:28} {c:6} of {s:6} lines  {c / max(s, 1):4.0%}")
+    print(f"  {'all of mpinb':28} {covered:6} of {statements:6} lines  {covered / max(statements, 1):4.0%}")
     if tests.returncode:
         print(f"mpinb: the tests failed (exit {tests.returncode}): the figures above count what ran")
     return tests.returncode

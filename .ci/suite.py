@@ -36,7 +36,6 @@ ARTIFACTS = ROOT / "test-artifacts"
 STAGES_FOLDER = ARTIFACTS / "stages"
 VENVS = {"mpich": ".venv", "openmpi": ".venv-openmpi", "impi": ".venv-impi"}
 SUITE_FILE = "tests/test_mpi4py_suite.py"
-WAITING_FILES = ["tests/test_hang.py"]  # most of their time is spent waiting for diagnoses and timeouts
 
 
 @dataclass
@@ -65,49 +64,54 @@ class Stage:
 
     def command(self) -> list[str]:
         python = str(ROOT / VENVS[self.mpi] / "bin" / "python")
-        if self.kind == "install":
-            return ["make", "--no-print-directory", "install", f"MPI={self.mpi}"]
-        if self.kind == "site":
-            return ["make", "--no-print-directory", "docs"]
+        if self.kind in ("install", "site"):
+            return ["make", "--no-print-directory", "install" if self.kind == "install" else "docs", f"MPI={self.mpi}"]
         args = [python, "-m", "pytest", *(self.files or ["tests"])]
         args += [f"--ignore={path}" for path in self.ignore]
         return args + (["-m", self.select] if self.select else [])
 
 
-# The other MPIs run what may differ between MPIs (every_mpi), with fewer random aborts and mpi4py's
-# suite traced only (tracing is what could change results there; the untraced pass is mpi4py's own
-# objects in a pool, the same on every MPI).
-OTHER_MPI = {"MPINB_STRESS_ABORTS": "12", "MPINB_SUITE_PASSES": "traced", "MPINB_SUITE_SILENT": "0"}
+# What the environment may set, else these: 40 random aborts in the stress test on MPICH
+# (`MPINB_STRESS_ABORTS=500 make test` for more); the other MPIs run what may differ between MPIs
+# (every_mpi), with 12 aborts and mpi4py's suite traced only (tracing is what could change results
+# there; the untraced pass is mpi4py's own objects in a pool, the same on every MPI).
+def _defaults(**values: str) -> dict[str, str]:
+    return {name: os.environ.get(name, value) for name, value in values.items()}
 
-# In the order they start: a stage starts once its weight fits beside the running ones (a stage
-# that does not fit holds back the ones after it, so that the big ones are not starved by the
-# small), its group is free and the stages it comes after have ended.
+
+MPICH = _defaults(MPINB_STRESS_ABORTS="40")
+OTHER_MPI = _defaults(MPINB_STRESS_ABORTS="12", MPINB_SUITE_PASSES="traced", MPINB_SUITE_SILENT="0")
+
+# By priority: a stage starts once its weight fits beside the running ones, its group is free
+# and the stages it comes after have ended. The weights keep two stages that run MPI pools hard
+# (0.85) at a time, with a light one beside (hosts made of namespaces wait on their daemons most
+# of the time): two pools spinning on each other's cores cost twice the CPU for the same progress,
+# so MPICH's tests are one session beside the other MPIs'. The site, whose tutorials time MPI and
+# check the shape of what they measure, runs first, with the installs and hosts beside it.
+HEAVY, LIGHT = 0.85, 0.3
 STAGES = [
-    Stage("site", "mpich", kind="site", weight=1.5),
-    Stage("mpich-units", "mpich", "unit", weight=0.5),
-    Stage("mpich-waiting", "mpich", "not unit and not hosts", files=WAITING_FILES, weight=0.5),
-    Stage("mpich-suite", "mpich", "not unit and not hosts", files=[SUITE_FILE], group="suite"),
-    Stage("install-openmpi", "openmpi", kind="install", weight=0.5),
-    Stage("install-impi", "impi", kind="install", weight=0.5),
-    Stage("mpich", "mpich", "not unit and not hosts and not site", ignore=[*WAITING_FILES, SUITE_FILE]),
-    Stage("impi-suite", "impi", "every_mpi and not hosts", files=[SUITE_FILE], group="suite",
-          after=["install-impi"], env=OTHER_MPI),
-    Stage("openmpi", "openmpi", "every_mpi and not hosts", ignore=[SUITE_FILE], after=["install-openmpi"],
-          env=OTHER_MPI),
-    Stage("mpich-site", "mpich", "site and not unit and not hosts", ignore=[*WAITING_FILES, SUITE_FILE],
-          after=["site"]),
-    Stage("openmpi-suite", "openmpi", "every_mpi and not hosts", files=[SUITE_FILE], group="suite",
+    Stage("site", "mpich", kind="site", weight=1.2),
+    Stage("install-openmpi", "openmpi", kind="install", weight=0.4),
+    Stage("mpich-hosts", "mpich", "hosts", weight=LIGHT, group="hosts"),
+    Stage("install-impi", "impi", kind="install", weight=0.4),
+    Stage("mpich", "mpich", "not hosts and not site", weight=HEAVY, env=MPICH),
+    Stage("impi", "impi", "every_mpi and not hosts", weight=HEAVY, after=["install-impi"], env=OTHER_MPI),
+    Stage("openmpi-suite", "openmpi", "every_mpi and not hosts", files=[SUITE_FILE], weight=HEAVY,
           after=["install-openmpi"], env=OTHER_MPI),
-    Stage("impi", "impi", "every_mpi and not hosts", ignore=[SUITE_FILE], after=["install-impi"], env=OTHER_MPI),
-    Stage("mpich-hosts", "mpich", "hosts and not unit", group="hosts"),
-    Stage("openmpi-hosts", "openmpi", "every_mpi and hosts", group="hosts", after=["install-openmpi"],
+    Stage("openmpi", "openmpi", "every_mpi and not hosts", ignore=[SUITE_FILE], weight=HEAVY,
+          after=["install-openmpi"], env=OTHER_MPI),
+    Stage("openmpi-hosts", "openmpi", "every_mpi and hosts", weight=LIGHT, group="hosts", after=["install-openmpi"],
           env=OTHER_MPI),
+    Stage("mpich-site", "mpich", "site and not hosts", weight=LIGHT, after=["site"]),
 ]
 # What runs on each MPI, as a marker expression: every test on MPICH; on the others, what may differ
 # between MPIs, less (on Intel MPI) the tests that make hosts, which were never run there (its
 # runtime's launcher across network-namespace hosts and Slurm's PMI are untried here).
 RUNS_ON = {"mpich": "", "openmpi": "every_mpi", "impi": "every_mpi and not hosts"}
-CAPACITY = float(os.cpu_count() or 2)
+CAPACITY = float(len(os.sched_getaffinity(0)))  # the cores this run may use
+# Each stage gets SIGTERM when this process ends, however it ends (a stage runs in a session of its
+# own, so that stopping it reaches its whole tree: a CI job's end would not)
+ENDS_WITH_THIS_PROCESS = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
 
 
 @dataclass
@@ -148,17 +152,17 @@ class Schedule:
             groups = {proc_ran[1].stage.group for proc_ran in self.running.values()} - {""}
             ready = all(name in self.done or name not in self.known for name in stage.after)
             fits = busy + stage.weight <= CAPACITY + 1e-9 or not self.running
-            if not fits:
-                break
-            if not ready or stage.group in groups:
+            if not (fits and ready and stage.group not in groups):
                 continue
             self.waiting.remove(stage)
             self._launch(stage)
 
     def _launch(self, stage: Stage) -> None:
         STAGES_FOLDER.mkdir(parents=True, exist_ok=True)
+        timings = STAGES_FOLDER / f"{stage.name}.json"
+        timings.unlink(missing_ok=True)  # (a stage that dies early must not report a past run's)
         log = open(STAGES_FOLDER / f"{stage.name}.log", "w")
-        env = {**os.environ, **stage.env, "MPINB_TIMINGS": str(STAGES_FOLDER / f"{stage.name}.json")}
+        env = {**os.environ, **stage.env, "MPINB_TIMINGS": str(timings)}
         site_folder = None
         if stage.kind == "site":
             site_folder = tempfile.mkdtemp(prefix="mpinb-site-")
@@ -166,30 +170,40 @@ class Schedule:
                     "MPINB_VERIFY": "1", "MPINB_TEST_SESSION": f"site-{os.getpid()}"}
         ran = Ran(stage, time.monotonic() - self.start)
         print(f"mpinb: {ran.began:6.0f} s  {stage.name} starts: {' '.join(stage.command())}", flush=True)
-        proc = subprocess.Popen(stage.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc = subprocess.Popen(ENDS_WITH_THIS_PROCESS + stage.command(), cwd=ROOT, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as err:  # (a venv that is not there: --only without its install stage)
+            log.write(f"mpinb: {stage.name} could not start: {err}\n")
+            log.close()
+            ran.ended, ran.code, ran.said = ran.began, 127, f"could not start: {err}"
+            self.done[stage.name] = ran
+            _report(ran)
+            return
         self.running[stage.name] = (proc, ran)
         threading.Thread(target=self._wait, args=(proc, ran, log, site_folder), daemon=True).start()
 
     def _wait(self, proc: subprocess.Popen, ran: Ran, log, site_folder: str | None) -> None:
-        _, status, usage = os.wait4(proc.pid, 0)  # (its CPU time and that of what it waited for)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        log.close()
-        code = proc.returncode
-        if site_folder is not None:
-            left = _site_leftovers(site_folder)
-            if left:
-                with open(log.name, "a") as handle:
-                    handle.write(f"\nmpinb: the site's pools left these behind: {left}\n")
-                code = code or 1
-        with self.lock:
-            ran.ended, ran.code = time.monotonic() - self.start, code
-            ran.cpu_s = usage.ru_utime + usage.ru_stime
-            ran.said = _last_line(Path(log.name))
-            del self.running[ran.stage.name]
-            self.done[ran.stage.name] = ran
-            _report(ran)
-            self.lock.notify()
+        code, cpu_s = 1, 0.0
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # (its CPU time and that of what it waited for)
+            proc.returncode = code = os.waitstatus_to_exitcode(status)
+            cpu_s = usage.ru_utime + usage.ru_stime
+            log.close()
+            if site_folder is not None:
+                left = _site_leftovers(site_folder)
+                if left:
+                    with open(log.name, "a") as handle:
+                        handle.write(f"\nmpinb: the site's pools left these behind: {left}\n")
+                    code = code or 1
+        finally:
+            with self.lock:
+                ran.ended, ran.code, ran.cpu_s = time.monotonic() - self.start, code, cpu_s
+                ran.said = _last_line(Path(log.name))
+                del self.running[ran.stage.name]
+                self.done[ran.stage.name] = ran
+                _report(ran)
+                self.lock.notify()
 
     def stop(self) -> None:
         """Ends every running stage (each in a session of its own; the pools' watchdogs sweep)."""
@@ -232,7 +246,8 @@ def machine() -> str:
                   if line.startswith("model name")), platform.processor())
     memory = next((int(line.split()[1]) // 2**20 for line in Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal")), 0)
-    return f"{os.cpu_count()} cores ({model}), {memory} GiB, Python {platform.python_version()}"
+    return (f"{os.cpu_count()} cores ({model}; this run may use {CAPACITY:.0f}), {memory} GiB, "
+            f"Python {platform.python_version()}")
 
 
 def summary(runs: list[Ran], wall: float) -> dict:
@@ -281,13 +296,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{stage.name:16} weight {stage.weight:3}  {' '.join(stage.command())}")
         return 0
     # A background job of a non-interactive shell (how CI starts it) ignores SIGINT: stopping by
-    # hand is SIGTERM then, and either ends every stage.
+    # hand is SIGTERM then; each ends every stage (and so does this process's death: see
+    # ENDS_WITH_THIS_PROCESS).
     schedule = Schedule(stages)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: (schedule.stop(), sys.exit(130)))
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda number, _: (schedule.stop(), sys.exit(128 + number)))
     print(f"mpinb: {len(stages)} stages on {machine()}; each one's output: test-artifacts/stages/", flush=True)
     began = time.monotonic()
-    runs = schedule.run()
+    try:
+        runs = schedule.run()
+    finally:
+        schedule.stop()
     table = summary(runs, time.monotonic() - began)
     print_table(table)
     ARTIFACTS.mkdir(exist_ok=True)

@@ -24,9 +24,10 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "test-artifacts")
 # This checkout's mpinb: pools of another checkout or install (a second test run, the user's own
 # notebook) are theirs, not this run's.
 OUR_MPINB = os.path.dirname(os.path.abspath(mpinb.__file__))
-# This test run's mark, which every process it starts inherits (ranks and launcher daemons too):
-# `make test` runs the tests on two MPIs side by side from one checkout, and each run's checks
-# must not take the other's pools for its own.
+# This test session's mark, which every process it starts inherits (ranks, launcher daemons, Slurm
+# steps, the test hosts' daemons through the ssh stand-in): `make test` runs several sessions side
+# by side from one checkout (.ci/suite.py's stages, on one MPI or on several), and each one's
+# checks must not take another's pools for its own.
 SESSION_VARIABLE = "MPINB_TEST_SESSION"
 OUR_SESSION = os.environ[SESSION_VARIABLE] = f"pytest-{os.getpid()}"
 
@@ -61,8 +62,7 @@ OUR_VENV = os.path.basename(sys.prefix)
 
 def _of_another_venv(text: str) -> bool:
     """Whether the process runs a program of another venv of this checkout: another MPI's test
-    run beside this one (a launcher's daemon started on a test host may not carry its run's mark
-    in its environment: MPICH's hydra_pmi_proxy, started through sh there, did not)."""
+    session beside this one (should a launcher's daemon lose its session's mark on the way)."""
     return any(venv != OUR_VENV for venv in VENV_PROGRAM.findall(text))
 
 
@@ -108,8 +108,9 @@ def kernel_temporary_folders() -> set[str]:
             if not ((pid := path.rpartition("_")[2]).isdigit() and psutil.pid_exists(int(pid)))}
 
 
-# Which MPI writes the files of each prefix in mpinb._leftovers: a test run looks only at its own
-# MPI's, so that runs on two MPIs can go side by side (Intel MPI's launcher writes none of them).
+# Which MPI writes the files of each prefix in mpinb._leftovers: a test session looks only at its
+# own MPI's, so that sessions on other MPIs can go beside it (Intel MPI's launcher writes none of
+# them); beside one on the same MPI, it counts only what no live process holds.
 WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPICH",
               "/dev/shm/sm_segment.": "Open MPI", "/dev/shm/vader_segment.": "Open MPI",
               "/dev/shm/Intel_MPI_": "Intel MPI"}
@@ -124,6 +125,16 @@ def mpi_temporary_files() -> set[str]:
     prefixes = [prefix for prefix in LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES if WRITTEN_BY[prefix] == ours]
     found = {path for prefix in prefixes for path in glob.glob(prefix + "*")}
     return found | (_orphaned_sessions() if ours == "Open MPI" else set())
+
+
+def mpi_files_left_since(before: set[str], seconds: float = 5.0) -> set[str]:
+    """This MPI's files made since ``before`` that no process holds, once they settle for up to
+    ``seconds``: another test session beside this one (make test's stages) may be making or
+    removing files of its own meanwhile, and those its live processes hold are not left."""
+    deadline = time.monotonic() + seconds
+    while (left := mpi_temporary_files() - before - in_use()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _orphaned_sessions() -> set[str]:
@@ -177,10 +188,10 @@ def in_use() -> set[str]:
     return {path for path, _ in mpi_files(proc.pid for proc in psutil.process_iter())}
 
 
-# The test files of every_mpi that Intel MPI's stage skips: before the stages selected by marker,
-# its lane ran a shorter list of files, and these were never part of it (Intel MPI's runtime has
-# not been made to pass them here: MPI_Comm_spawn crashes under it, for one).
-NOT_ON_INTEL = "not run on Intel MPI: its stage runs the files its lane always ran (see tests/_processes.py)"
+# The test files of every_mpi that Intel MPI's stages skip: before .ci/suite.py, make test ran a
+# shorter list of files on Intel MPI, and these were never in it (Intel MPI's runtime has not been
+# made to pass them here: MPI_Comm_spawn crashes under it, for one).
+NOT_ON_INTEL = "never run on Intel MPI here: make test runs on it the files it always ran (see tests/_processes.py)"
 # (a condition in a string is evaluated when the test is set up, not when its file is collected:
 # asking mpiexec which MPI it is starts a process)
 SKIP_ON_INTEL = pytest.mark.skipif("__import__('_processes').intel_mpi()", reason=NOT_ON_INTEL)

@@ -8,6 +8,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -174,11 +175,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # `unit` means "starts no process" (`make check` runs these on every edit): a unit test that starts
 # one (a pool, a kernel, a subprocess) fails, saying what it started.
 _STARTS = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.system", "os.spawn")
-_started_by_unit_test: list[list[str]] = []
+_started_by_unit_test: list[list[str]] = []  # (while a unit test runs: what its thread started)
 
 
 def _note_starts(event: str, args: tuple) -> None:
-    if _started_by_unit_test and event.startswith(_STARTS):
+    # (only the test's own thread: a pool of another test may start processes from a thread of its own)
+    if _started_by_unit_test and event.startswith(_STARTS) and threading.current_thread() is threading.main_thread():
         _started_by_unit_test[-1].append(f"{event} {str(args)[:120]}")
 
 

@@ -349,7 +349,8 @@ def every_test(collected_tests) -> list[tuple[str, set[str]]]:
 
 def test_make_test_runs_each_test_once_on_each_mpi_it_is_for(every_test):
     """Every test once on MPICH; the every_mpi ones once on Open MPI and on Intel MPI too (except,
-    on Intel MPI, those that make hosts: see RUNS_ON)."""
+    on Intel MPI, those that make hosts: see RUNS_ON; a file that SKIP_ON_INTEL marks is collected
+    there and skipped, saying why)."""
     from _pytest.mark.expression import Expression
 
     suite = _suite()
@@ -364,9 +365,9 @@ def test_make_test_runs_each_test_once_on_each_mpi_it_is_for(every_test):
     assert not wrong, "tests that make test would not run exactly where they should:\n" + "\n".join(sorted(set(wrong)))
 
 
-def test_the_stages_name_only_registered_marks_files_and_stages():
+def test_the_stages_name_only_registered_marks_files_and_stages(pytestconfig):
     suite = _suite()
-    registered = {line.split(":")[0] for line in _pyproject()["tool"]["pytest"]["ini_options"]["markers"]}
+    registered = {line.split(":")[0] for line in pytestconfig.getini("markers")}
     names = {stage.name for stage in suite.STAGES}
     assert len(names) == len(suite.STAGES), "two stages of one name"
     for stage in suite.STAGES:
@@ -374,13 +375,21 @@ def test_the_stages_name_only_registered_marks_files_and_stages():
         assert not stage.select or used <= registered, f"{stage.name} selects by unknown marks {used - registered}"
         assert all((ROOT / path).exists() for path in stage.files + stage.ignore), stage.name
         assert set(stage.after) <= names, f"{stage.name} comes after a stage that is not there"
-        assert stage.weight <= suite.CAPACITY or stage.weight <= 2, stage.name
 
 
-def _pyproject() -> dict:
-    import tomllib
-
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+def test_each_stage_keeps_the_rules_of_what_it_runs(every_test):
+    """Tests that read the site run after it is built; those that make hosts, one stage at a
+    time; an MPI's tests after its install, and the other MPIs' with their settings."""
+    suite = _suite()
+    for stage in suite.STAGES:
+        if stage.kind != "pytest":
+            continue
+        marks = set().union(*(marks for file, marks in every_test if stage.selects(file, marks)))
+        assert marks, f"{stage.name} selects no test"
+        assert "site" not in marks or "site" in stage.after, f"{stage.name} runs tests that read the site before it"
+        assert "hosts" not in marks or stage.group == "hosts", f"{stage.name} makes hosts beside another such stage"
+        if stage.mpi != "mpich":
+            assert f"install-{stage.mpi}" in stage.after and stage.env == suite.OTHER_MPI, stage.name
 
 
 def test_each_test_that_makes_hosts_or_drives_a_browser_is_marked_so(every_test):

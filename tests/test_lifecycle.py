@@ -12,7 +12,15 @@ import time
 
 import psutil
 import pytest
-from _processes import files_of_pool, intel_mpi, mpi_temporary_files, pool_processes, this_mpi, wait_until_gone
+from _processes import (
+    files_of_pool,
+    intel_mpi,
+    mpi_files_left_since,
+    mpi_temporary_files,
+    pool_processes,
+    this_mpi,
+    wait_until_gone,
+)
 
 import mpinb
 from mpinb.pool._launch import find_mpiexec, mpi_family
@@ -304,10 +312,7 @@ def test_dead_notebook_process_takes_its_pool_with_it(launcher, existing_pools):
         owner.send_signal(signal.SIGKILL)
         owner.wait(5)
         assert not wait_until_gone(10, existing_pools), "a SIGKILLed owner must not leave ranks running"
-        deadline = time.monotonic() + 5
-        while mpi_temporary_files() - before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not mpi_temporary_files() - before, "nor MPI's files"
+        assert not mpi_files_left_since(before), "nor MPI's files"
     finally:
         owner.kill()
 
@@ -379,7 +384,7 @@ def test_the_doctors_look_at_the_library_starts_no_mpi():
     _library(report, _Found(2))
     assert report.problems == 0, report.lines
     assert "on " + {"Intel MPI": "Intel(R) MPI"}.get(this_mpi(), this_mpi()) in report.lines[0], report.lines
-    assert mpi_temporary_files() - before == set()
+    assert mpi_files_left_since(before) == set()
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
 @pytest.mark.timeout(30)
@@ -403,9 +408,9 @@ def test_what_mpiexec_leaves_behind_ends_with_it(tmp_path):
 
 @pytest.mark.parametrize("session, ours", [(None, True), ("another", False)])
 def test_the_leak_checks_take_only_this_test_runs_processes_for_their_own(session, ours):
-    """`make test` runs two test runs side by side from one checkout: a process that another run
-    started is marked so, and is not this run's, so that neither run's checks see the other's
-    pools as left behind."""
+    """`make test` runs test sessions side by side from one checkout: a process that another
+    session started is marked so, and is not this session's, so that neither one's checks see the
+    other's pools as left behind."""
     from _processes import OUR_MPINB, SESSION_VARIABLE
 
     env = dict(os.environ, **({SESSION_VARIABLE: session} if session else {}))

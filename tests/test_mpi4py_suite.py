@@ -106,7 +106,7 @@ def suite_workdir(tmp_path_factory) -> Path:
 # Every pass by default; `make test` runs only the traced one on its second and third MPIs
 # (MPINB_SUITE_PASSES=traced): tracing is what could change results there, and the untraced
 # pass, mpi4py's own objects in a pool, is the same on every MPI, as is the verified one's
-# Python (its checks only note what calls were given; tests/test_verify.py runs on each MPI).
+# Python (its checks only note what calls were given; tests/test_verify.py runs on Open MPI too).
 PASSES = [p for p in os.environ.get("MPINB_SUITE_PASSES", "traced,untraced,verified").split(",") if p]
 
 

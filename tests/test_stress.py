@@ -1,7 +1,7 @@
 """A hundred aborts of many kinds at random moments (a new seed each run, so that runs add up),
 with a second pool alive and a CPU hog beside them: no pool is ever left unusable, and the time
 from each abort to a working next cell is reported (test-artifacts/stress-<MPI>.txt).
-``MPINB_STRESS_SEED`` repeats a run, ``MPINB_STRESS_ABORTS`` sets how many (see bench/aborts.py
+``MPINB_STRESS_SEED`` repeats a run, ``MPINB_STRESS_ABORTS`` sets how many (see workloads/aborts.py
 for the kinds)."""
 
 from __future__ import annotations

@@ -61,6 +61,6 @@ def fetch(cache: Path) -> Path:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else ".venv/mpi4py-suite").resolve()
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else Path.home() / ".cache" / "mpinb").resolve()
     target.mkdir(parents=True, exist_ok=True)
     print(fetch(target))
