@@ -39,25 +39,23 @@ VENVS = {"mpich": ".venv", "openmpi": ".venv-openmpi", "impi": ".venv-impi"}
 
 @dataclass
 class Stage:
-    """One pytest session on one MPI: the tests of ``files`` (all of tests/ if empty) that
-    ``select`` (a marker expression) takes, less those of ``ignore``."""
+    """One pytest session on one MPI: the tests of tests/ that ``select`` (a marker expression,
+    empty for all) takes."""
 
     name: str
     mpi: str
     select: str = ""
-    files: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
     weight: float = 1.0  # the cores it keeps busy, roughly
     group: str = ""  # stages of one group run one at a time
     after: list[str] = field(default_factory=list)  # stages that must have ended first
     kind: str = "pytest"  # or "install", "site"
     env: dict[str, str] = field(default_factory=dict)
 
-    def selects(self, file: str, marks: set[str]) -> bool:
-        """Whether this stage runs a test of ``file`` (``tests/...``) that carries ``marks``."""
+    def selects(self, marks: set[str]) -> bool:
+        """Whether this stage runs a test that carries ``marks``."""
         from _pytest.mark.expression import Expression
 
-        if self.kind != "pytest" or file in self.ignore or (self.files and file not in self.files):
+        if self.kind != "pytest":
             return False
         return not self.select or Expression.compile(self.select).evaluate(lambda name: name in marks)
 
@@ -65,9 +63,7 @@ class Stage:
         python = str(ROOT / VENVS[self.mpi] / "bin" / "python")
         if self.kind in ("install", "site"):
             return ["make", "--no-print-directory", "install" if self.kind == "install" else "docs", f"MPI={self.mpi}"]
-        args = [python, "-m", "pytest", *(self.files or ["tests"])]
-        args += [f"--ignore={path}" for path in self.ignore]
-        return args + (["-m", self.select] if self.select else [])
+        return [python, "-m", "pytest", "tests", *(["-m", self.select] if self.select else [])]
 
 
 # What the environment may set, else these: 40 random aborts in the stress test on MPICH

@@ -10,6 +10,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -127,14 +128,19 @@ def mpi_temporary_files() -> set[str]:
     return found | (_orphaned_sessions() if ours == "Open MPI" else set())
 
 
-def mpi_files_left_since(before: set[str], seconds: float = 5.0) -> set[str]:
-    """This MPI's files made since ``before`` that no process holds, once they settle for up to
-    ``seconds``: another test session beside this one (make test's stages) may be making or
-    removing files of its own meanwhile, and those its live processes hold are not left."""
+def settled(leftovers: Callable[[], set[str]], seconds: float) -> set[str]:
+    """What ``leftovers()`` still finds after up to ``seconds``: another test session beside this
+    one (make test's stages) may be making or removing files of its own just as this one looks."""
     deadline = time.monotonic() + seconds
-    while (left := mpi_temporary_files() - before - in_use()) and time.monotonic() < deadline:
+    while (found := leftovers()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return left
+    return found
+
+
+def mpi_files_left_since(before: set[str], seconds: float = 5.0) -> set[str]:
+    """This MPI's files made since ``before`` that no process holds (those a live process holds,
+    of another session, are not left), once they settle for up to ``seconds``."""
+    return settled(lambda: mpi_temporary_files() - before - in_use(), seconds)
 
 
 def _orphaned_sessions() -> set[str]:

@@ -9,8 +9,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -41,10 +39,11 @@ PROFILE_FOLDERS = [os.path.join(IPYTHON_FOLDER, "profile_mpinb", name) for name 
 # (imported after the folders are set: its import marks this session's processes)
 from _processes import (  # noqa: E402
     ARTIFACTS,
-    in_use,
     kernel_temporary_folders,
+    mpi_files_left_since,
     mpi_temporary_files,
     pool_processes,
+    settled,
     wait_until_gone,
 )
 
@@ -79,19 +78,10 @@ def no_process_outlives_the_tests():
     assert not pool_folders, f"pools' socket folders outlived the tests in {user_folder}: " + ", ".join(
         sorted(pool_folders))
     assert not profile_files, "pools' files outlived the tests in their IPython profile: " + ", ".join(profile_files)
-    left_files = _settled(lambda: mpi_temporary_files() - mpi_files_before - in_use())
+    left_files = mpi_files_left_since(mpi_files_before, seconds=15)
     assert not left_files, "MPI's files outlived the tests: " + ", ".join(sorted(left_files))
-    left_folders = _settled(lambda: kernel_temporary_folders() - kernel_folders_before)
+    left_folders = settled(lambda: kernel_temporary_folders() - kernel_folders_before, seconds=15)
     assert not left_folders, "kernels' folders outlived the tests: " + ", ".join(sorted(left_folders))
-
-
-def _settled(leftovers: Callable[[], set[str]], seconds: float = 15.0) -> set[str]:
-    """What ``leftovers()`` still finds after up to ``seconds``: a test session beside this one (of
-    ``make test``'s stages) may be removing a file of its own just as this one looks."""
-    deadline = time.monotonic() + seconds
-    while (found := leftovers()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return found
 
 
 @pytest.fixture(autouse=True)
