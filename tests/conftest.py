@@ -141,6 +141,26 @@ def artifacts() -> str:
 
 
 _SECONDS_PER_FILE: dict[str, float] = {}
+_CPU_PER_FILE: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every process it reaped (a pool's mpiexec, and through it
+    the ranks; a kernel; a subprocess): what a test cost the cores, not only how long it took."""
+    import resource
+
+    return sum(usage.ru_utime + usage.ru_stime for usage in
+               (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    began = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        file = item.nodeid.split("::", 1)[0]
+        _CPU_PER_FILE[file] = _CPU_PER_FILE.get(file, 0.0) + _cpu_seconds() - began
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -149,17 +169,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Where the run's minutes went, a line per test file (setup, call and teardown): what to
-    look at first when `make test` grows past its budget. ``MPINB_TIMINGS=FILE`` also writes them
-    as JSON (.ci/suite.py gathers each stage's)."""
+    """Where the run's minutes went, a line per test file (setup, call and teardown; wall time and
+    the CPU time of the session and the processes it reaped): what to look at first when
+    `make test` grows past its budget. ``MPINB_TIMINGS=FILE`` also writes them as JSON
+    (.ci/suite.py gathers each stage's)."""
+    rows = {file: {"seconds": round(seconds, 2), "cpu_s": round(_CPU_PER_FILE.get(file, 0.0), 2)}
+            for file, seconds in _SECONDS_PER_FILE.items()}
     if os.environ.get("MPINB_TIMINGS"):
         with open(os.environ["MPINB_TIMINGS"], "w") as handle:
-            json.dump(_SECONDS_PER_FILE, handle, indent=1)
-    if not _SECONDS_PER_FILE:
+            json.dump(rows, handle, indent=1)
+    if not rows:
         return
-    terminalreporter.section("seconds per test file")
-    for file, seconds in sorted(_SECONDS_PER_FILE.items(), key=lambda item: -item[1]):
-        terminalreporter.write_line(f"{seconds:8.1f} s  {file}")
+    terminalreporter.section("seconds per test file (wall, CPU)")
+    for file, row in sorted(rows.items(), key=lambda item: -item[1]["seconds"]):
+        terminalreporter.write_line(f"{row['seconds']:8.1f} s {row['cpu_s']:8.1f} CPU s  {file}")
 
 
 # `unit` means "starts no process" (`make check` runs these on every edit): a unit test that starts
