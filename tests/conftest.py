@@ -146,7 +146,9 @@ _CPU_PER_FILE: dict[str, float] = {}
 
 def _cpu_seconds() -> float:
     """CPU time of this process and of every process it reaped (a pool's mpiexec, and through it
-    the ranks; a kernel; a subprocess): what a test cost the cores, not only how long it took."""
+    the ranks; a kernel; a subprocess): what a test cost the cores, not only how long it took. A
+    process is counted when it is reaped: a pool shared by several tests counts for the file whose
+    test stops it (the session's shared pools, for the last file)."""
     import resource
 
     return sum(usage.ru_utime + usage.ru_stime for usage in
