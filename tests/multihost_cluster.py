@@ -89,15 +89,23 @@ def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
     captures = []
     for port in ports:
         capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))  # every protocol
+        capture.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # room while the reader waits for a core
         capture.bind((port, 0))
         captures.append(capture)
     captured = bytearray()
     done = threading.Event()
 
     def read() -> None:
-        while not done.is_set():
-            for ready in select.select(captures, [], [], 0.05)[0]:
-                captured.extend(ready.recv(1 << 16))
+        # Frames queue in the sockets until read; on a loaded machine the reader may run late, so
+        # once told to stop it still reads everything already queued (the cell's frames all
+        # crossed the bridge before its result came back).
+        while True:
+            stopping = done.is_set()
+            ready = select.select(captures, [], [], 0 if stopping else 0.05)[0]
+            for capture in ready:
+                captured.extend(capture.recv(1 << 16))
+            if stopping and not ready:
+                return
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
