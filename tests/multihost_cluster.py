@@ -77,6 +77,10 @@ def namespace_hosts(count: int) -> Iterator[tuple[str, list[Host]]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+DRAIN_S = 5.0  # how long a stopped capture may go on reading what is queued
+SO_RCVBUFFORCE = 33  # Linux's (asm-generic/socket.h); Python's socket module does not name it
+
+
 @contextlib.contextmanager
 def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
     """Every frame that the hosts send or receive while inside, as an eavesdropper on the
@@ -89,7 +93,8 @@ def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
     captures = []
     for port in ports:
         capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))  # every protocol
-        capture.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # room while the reader waits for a core
+        # room while the reader waits for a core (FORCE: beyond net.core.rmem_max; the tests run as root)
+        capture.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
         capture.bind((port, 0))
         captures.append(capture)
     captured = bytearray()
@@ -97,14 +102,16 @@ def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
 
     def read() -> None:
         # Frames queue in the sockets until read; on a loaded machine the reader may run late, so
-        # once told to stop it still reads everything already queued (the cell's frames all
-        # crossed the bridge before its result came back).
+        # once told to stop it still reads what is queued (the cell's frames all crossed the
+        # bridge before its result came back), for at most DRAIN_S under steady traffic.
+        drained_by = None
         while True:
-            stopping = done.is_set()
-            ready = select.select(captures, [], [], 0 if stopping else 0.05)[0]
+            if drained_by is None and done.is_set():
+                drained_by = time.monotonic() + DRAIN_S
+            ready = select.select(captures, [], [], 0.05 if drained_by is None else 0)[0]
             for capture in ready:
                 captured.extend(capture.recv(1 << 16))
-            if stopping and not ready:
+            if drained_by is not None and (not ready or time.monotonic() > drained_by):
                 return
 
     reader = threading.Thread(target=read, daemon=True)
@@ -113,7 +120,8 @@ def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
         yield captured
     finally:
         done.set()
-        reader.join(5)
+        reader.join(DRAIN_S + 10)
+        assert not reader.is_alive(), "the capture's reader ended (its sockets close only then)"
         for capture in captures:
             capture.close()
 
