@@ -37,7 +37,7 @@ CELLS = {  # name -> (code, traced, weight)
                                      "comm.bcast(rank, root=1)\n", True, 2),
     "sleep": ("import time\ntime.sleep(30)\n", True, 2),
     "busy loop": ("x = 0\nwhile True:\n    x += 1\n", True, 2),
-    "long C call": ("sum(range(3 * 10**7))\nimport time\ntime.sleep(30)\n", True, 2),
+    "long C call": ("sum(range(10**7))\nimport time\ntime.sleep(30)\n", True, 2),
     "slow repr": ("class Slow:\n    def __repr__(self):\n        import time\n        time.sleep(30)\n"
                   "        return 'slow'\nSlow()\n", True, 2),
     "untraced wait nobody answers": ("if rank == 0:\n    comm.Recv(bytearray(8), source=1, tag=99)\n", False, 1),
