@@ -78,21 +78,27 @@ MPICH = _defaults(MPINB_STRESS_ABORTS="40")
 OTHER_MPI = _defaults(MPINB_STRESS_ABORTS="12", MPINB_SUITE_PASSES="traced", MPINB_SUITE_SILENT="0")
 
 # By priority: a stage starts once its weight fits beside the running ones, its group is free
-# and the stages it comes after have ended. The site runs alone first (its tutorials time MPI and
-# check the shape of what they measure); then MPICH's tests run as one session beside one other
-# stage at a time: an install, Intel MPI's tests, Open MPI's. Finer splits were slower here: two
-# stages whose pools spin on the same two cores cost twice the CPU for the same progress (a clean
-# clone's run took 2599 s of stages with MPICH's split in four, 2294 s with hosts as a third stage
-# beside two, against 1872 s for the whole of CI before .ci/suite.py).
+# and the stages it comes after have ended. A weight is what the stage kept busy in a clean clone's
+# run (its CPU seconds over its wall seconds, rounded up), so that three lanes share the two cores:
+# MPICH's tests; the other MPIs' tests, one stage at a time while MPICH's run; and the stages that
+# make hosts, which mostly wait (for timeouts, for Slurm, for ranks in other namespaces). The
+# installs run beside the site, which runs before any tests: its tutorials time MPI and check the
+# shape of what they measure. Open MPI's tests are two stages, the long ones (mpi4py's suite, the
+# stress campaign) and the others, so that both fit once MPICH's tests and the hosts are done.
 STAGES = [
-    Stage("site", "mpich", kind="site", weight=2.0),
-    Stage("mpich", "mpich", "", group="hosts", after=["site"], env=MPICH),
-    Stage("install-impi", "impi", kind="install"),
-    Stage("impi", "impi", "every_mpi and not hosts", after=["install-impi"], env=OTHER_MPI),
-    Stage("install-openmpi", "openmpi", kind="install"),
-    Stage("openmpi", "openmpi", "every_mpi and not hosts", after=["install-openmpi"], env=OTHER_MPI),
-    Stage("openmpi-hosts", "openmpi", "every_mpi and hosts", group="hosts", after=["install-openmpi"],
+    Stage("site", "mpich", kind="site", weight=1.2),
+    Stage("install-impi", "impi", kind="install", weight=0.4),
+    Stage("install-openmpi", "openmpi", kind="install", weight=0.4),
+    Stage("mpich", "mpich", "not hosts", after=["site"], weight=1.0, env=MPICH),
+    Stage("mpich-hosts", "mpich", "hosts", group="hosts", after=["site"], weight=0.4, env=MPICH),
+    Stage("impi", "impi", "every_mpi and not hosts", after=["install-impi", "site"], weight=0.5,
           env=OTHER_MPI),
+    Stage("openmpi-hosts", "openmpi", "every_mpi and hosts", group="hosts", after=["install-openmpi", "site"],
+          weight=0.4, env=OTHER_MPI),
+    Stage("openmpi-slow", "openmpi", "every_mpi and slow and not hosts", after=["install-openmpi", "site"],
+          weight=0.5, env=OTHER_MPI),
+    Stage("openmpi", "openmpi", "every_mpi and not slow and not hosts", after=["install-openmpi", "site"],
+          weight=0.5, env=OTHER_MPI),
 ]
 # What runs on each MPI, as a marker expression: every test on MPICH; on the others, what may differ
 # between MPIs, less (on Intel MPI) the tests that make hosts, which were never run there (its
@@ -240,7 +246,15 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def summary(runs: list[Ran], wall: float) -> dict:
+def cpu_ticks() -> tuple[int, int]:
+    """The machine's (busy, all) CPU ticks since boot, every process's (/proc/stat): what the run
+    left idle, which the stages' own CPU times cannot say (a pool's daemons are not reaped)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def summary(runs: list[Ran], wall: float, ticks: tuple[int, int] = (0, 0)) -> dict:
     """The table printed at the end, as data: each stage, the 20 slowest test files, and every file
     (by CPU time)."""
     files = []
@@ -252,6 +266,7 @@ def summary(runs: list[Ran], wall: float) -> dict:
     busy = sum(ran.cpu_s for ran in runs)
     return {"machine": machine(), "wall_s": round(wall), "cpu_s": round(busy),
             "cores_busy": round(busy / wall / (os.cpu_count() or 1), 2) if wall else 0,
+            "machine_busy": round(ticks[0] / ticks[1], 2) if ticks[1] else 0,
             "stages": [{"stage": ran.stage.name, "mpi": ran.stage.mpi, "began_s": round(ran.began),
                         "wall_s": round(ran.ended - ran.began), "cpu_s": round(ran.cpu_s), "ok": ran.ok,
                         "said": ran.said} for ran in runs],
@@ -261,7 +276,8 @@ def summary(runs: list[Ran], wall: float) -> dict:
 
 def print_table(table: dict) -> None:
     print(f"\nmpinb: make test on {table['machine']}: {table['wall_s']} s, {table['cpu_s']} CPU s "
-          f"({table['cores_busy']:.0%} of the cores, counting the processes each stage waited for)")
+          f"({table['cores_busy']:.0%} of the cores, counting the processes each stage waited for; "
+          f"the machine's cores were busy {table['machine_busy']:.0%} of the run, every process counted)")
     print(f"{'stage':16} {'MPI':8} {'began':>6} {'wall s':>7} {'CPU s':>6}  result")
     for row in table["stages"]:
         print(f"{row['stage']:16} {row['mpi']:8} {row['began_s']:6} {row['wall_s']:7} {row['cpu_s']:6}  "
@@ -296,12 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda number, _: (schedule.stop(), sys.exit(128 + number)))
     print(f"mpinb: {len(stages)} stages on {machine()}; each one's output: test-artifacts/stages/", flush=True)
-    began = time.monotonic()
+    began, ticks_before = time.monotonic(), cpu_ticks()
     try:
         runs = schedule.run()
     finally:
         schedule.stop()
-    table = summary(runs, time.monotonic() - began)
+    ticks_after = cpu_ticks()
+    table = summary(runs, time.monotonic() - began,
+                    (ticks_after[0] - ticks_before[0], ticks_after[1] - ticks_before[1]))
     print_table(table)
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "timings.json").write_text(json.dumps(table, indent=1))

@@ -24,8 +24,10 @@ def under_mpiexec(script: str, n: int, *args: str) -> str:
 @pytest.mark.quick
 def test_same_output_as_plain_mpiexec(pool4):
     res = pool4.run_file(os.path.join(SCRIPTS, "ring.py"))
-    merged = "".join(res.stdout[r] for r in range(4))
-    assert merged == under_mpiexec("ring.py", 4)
+    per_rank = [res.stdout[r] for r in range(4)]
+    # mpiexec merges the ranks' pipes in the order its launcher reads them, which a Barrier does not
+    # fix (Open MPI swapped two ranks' lines under load): compare the lines, not their order.
+    assert sorted(per_rank) == sorted(under_mpiexec("ring.py", 4).splitlines(keepends=True))
     assert res.stdout[2] == "rank 2 of 4 got [1, 1, 1]\n"
 
 
