@@ -1,4 +1,5 @@
-"""Each rank passes a list to its right neighbour; prints in rank order."""
+"""Each rank passes a list to its right neighbour; prints in turn (which orders the prints, not
+the lines mpiexec merges from the ranks' pipes)."""
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
