@@ -74,8 +74,10 @@ node_modules/.installed: package.json package-lock.json
 # The documentation site, offline, in build/docs: the user guide (from this README), the API from
 # docstrings, and the tutorials in English and Chinese executed as they are built.
 # Each notebook's feedback in its own language: English by default, Chinese in notebooks/zh/.
+# Two notebooks at a time (-j 2): a tutorial keeps about one core busy, its kernel and pool waiting
+# on each other in turns, so a second one fills the gaps.
 docs: install
-	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -c docs -b html --keep-going . build/docs
+	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -j 2 -c docs -b html --keep-going . build/docs
 	@echo "mpinb: the site is in build/docs/index.html"
 
 # Three tiers of tests (the README's "Developing" says when to use each):
