@@ -11,6 +11,7 @@ left in a namespace, the namespaces, the bridge.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import select
@@ -39,13 +40,23 @@ class Host:
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     command = ["ip", "netns", "exec", namespace, "ip", *args] if namespace else ["ip", *args]
-    return subprocess.run(command, capture_output=True, text=True, check=check, timeout=30)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if check and done.returncode:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return done
+
+
+_CLUSTERS_MADE = itertools.count(1)
+KILL_S = 15.0  # how long the processes left in a host may take to die
 
 
 @contextlib.contextmanager
 def namespace_hosts(count: int) -> Iterator[tuple[str, list[Host]]]:
     """``count`` hosts on a private bridge; yields (this side's address on the bridge, hosts)."""
-    tag = f"mh{os.getpid() % 100000}"
+    # A tag of its own per cluster (link names have at most 15 characters): the kernel frees a
+    # deleted namespace and its links later, on a work queue, so the next cluster must not need the
+    # same names (seen beside a CPU hog: the next module's 'ip link add' failed on the last's names)
+    tag = f"mh{os.getpid() % 100000}n{next(_CLUSTERS_MADE)}"
     subnet = f"10.{random.randint(200, 250)}.{random.randint(1, 250)}"
     bridge = f"{tag}br"
     folder = tempfile.mkdtemp(prefix="mpinb-hosts-", dir="/var/tmp")
@@ -70,11 +81,32 @@ def namespace_hosts(count: int) -> Iterator[tuple[str, list[Host]]]:
             handle.writelines(f"{host.address} {host.name}\n" for host in hosts)
         yield here, hosts
     finally:
+        made = {inode for host in hosts if (inode := _namespace_inode(host.namespace)) is not None}
         for host in hosts:
             _kill_namespace(host.namespace)
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
         _ip("link", "del", bridge, check=False)
         shutil.rmtree(folder, ignore_errors=True)
+        held = _processes_in(made)
+        if held and sys.exc_info()[1] is None:  # (a failure of the test's own says more)
+            raise RuntimeError(f"processes outlived their test hosts, holding the namespaces: {held}")
+
+
+def _namespace_inode(namespace: str) -> int | None:
+    try:
+        return os.stat(f"/run/netns/{namespace}").st_ino
+    except OSError:
+        return None
+
+
+def _processes_in(namespaces: set[int]) -> list[str]:
+    """The processes still inside these network namespaces (by inode)."""
+    held = []
+    for proc in psutil.process_iter(["name"]):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.stat(f"/proc/{proc.pid}/ns/net").st_ino in namespaces:
+                held.append(f"{proc.pid} {proc.info['name']}")
+    return held
 
 
 DRAIN_S = 5.0  # how long a stopped capture may go on reading what is queued
@@ -127,15 +159,21 @@ def sniffing(hosts: list[Host]) -> Iterator[bytearray]:
 
 
 def _kill_namespace(namespace: str) -> None:
-    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
-    procs = []
-    for pid in listed.stdout.split():
-        with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(int(pid)))
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGKILL)
-    psutil.wait_procs(procs, timeout=5)
+    """Kills every process in ``namespace``, again while any is left (one may have been starting
+    a child when the last round listed them), for at most KILL_S."""
+    deadline = time.monotonic() + KILL_S
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
+        procs = []
+        for pid in listed.stdout.split():
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(int(pid)))
+        if not procs:
+            return
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(procs, timeout=max(deadline - time.monotonic(), 0.1))
 
 
 def on_host(host: Host, command: list[str]) -> list[str]:
