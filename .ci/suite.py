@@ -89,9 +89,9 @@ OTHER_MPI = _defaults(MPINB_STRESS_ABORTS="12", MPINB_SUITE_PASSES="traced", MPI
 # MPICH's host tests out of MPICH's session and Open MPI's split, was faster: the README says how
 # much.)
 STAGES = [
-    Stage("site", "mpich", kind="site", weight=1.6),
-    Stage("install-impi", "impi", kind="install", weight=0.2),
-    Stage("install-openmpi", "openmpi", kind="install", weight=0.2),
+    Stage("site", "mpich", kind="site", weight=1.4),
+    Stage("install-impi", "impi", kind="install", weight=0.3),
+    Stage("install-openmpi", "openmpi", kind="install", weight=0.3),
     Stage("mpich", "mpich", "not hosts", after=["site"], weight=1.0, env=MPICH),
     Stage("mpich-hosts", "mpich", "hosts", group="hosts", after=["site"], weight=0.4, env=MPICH),
     Stage("impi", "impi", "every_mpi and not hosts", after=["install-impi", "site"], weight=0.5,
