@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -84,6 +85,16 @@ def no_process_outlives_the_tests():
     assert not left_folders, "kernels' folders outlived the tests: " + ", ".join(sorted(left_folders))
 
 
+def _made_during(path: str) -> str:
+    """Which test ran when ``path`` was last changed: where to look for what left it."""
+    try:
+        changed = os.stat(path).st_mtime
+    except OSError:
+        return "gone since"
+    running = [test for began, test in _TESTS_BEGAN if began <= changed]
+    return f"changed during {running[-1]}" if running else "changed before the first test"
+
+
 @pytest.fixture(autouse=True)
 def shared_pools_stay_usable(request):
     """A shared pool that a test leaves unusable fails that test and is restarted for the next,
@@ -155,9 +166,13 @@ def _cpu_seconds() -> float:
                (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+_TESTS_BEGAN: list[tuple[float, str]] = []  # (wall clock, test): which test ran when a file was made
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     began = _cpu_seconds()
+    _TESTS_BEGAN.append((time.time(), item.nodeid))
     try:
         return (yield)
     finally:

@@ -274,6 +274,7 @@ def test_after_a_death_the_error_comes_at_once_and_the_pool_starts_in_the_backgr
 
 
 def test_a_background_start_that_fails_says_so_at_the_next_run(existing_pools):
+    before = mpi_temporary_files()
     with mpinb.Pool(2) as pool:
         pool.start_timeout = 0.01  # too short for any start
         with pytest.raises(mpinb.RankDiedError):
@@ -285,6 +286,8 @@ def test_a_background_start_that_fails_says_so_at_the_next_run(existing_pools):
         pool.start_timeout = None
         assert pool.restart().run("rank").value == {0: 0, 1: 1}
     assert not wait_until_gone(10, existing_pools)
+    # (a start broken off while the ranks are in MPI_Init: Intel MPI's segment, made just then)
+    assert not mpi_files_left_since(before), "a start broken off left MPI's files"
 
 
 def _timed(call) -> float:

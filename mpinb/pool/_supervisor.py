@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftovers import launcher_files, launcher_sessions, mpi_segments, remove_files, remove_folders
+from .._leftovers import launcher_files, launcher_sessions, mpi_segments, remove_files, remove_folders, unheld_segments
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -101,6 +101,7 @@ class Supervisor:
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
         self._mpi_files: set[tuple[str, int]] = set()  # local ranks' MPI segments, launcher files
+        self._launched = time.time()  # (less a second, for the files' clock) what MPI left since is ours to sweep
         self.route = Route()
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
         self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
@@ -115,6 +116,7 @@ class Supervisor:
         if self.settings.on_this_host:  # a rank elsewhere says so at once (see rank/_engine_main.py)
             environment[EXPECTED_HOST_ENVIRONMENT] = socket.gethostname()
         self.run_folder = make_run_folder()
+        self._launched = time.time()
         self._start_watchdog()
         try:
             self.cluster = self._configured_cluster(environment)
@@ -542,7 +544,7 @@ class Supervisor:
         tree += [proc for proc in process_trees(self._processes) if proc.pid not in known]
         end_processes(tree, grace=1.0, ask_first=False)  # stopping the cluster asked them
         self._processes.clear()
-        remove_files(self._mpi_files)
+        remove_files(self._mpi_files | unheld_segments(self._launched - 1.0))
         remove_folders(sessions)  # (an mpiexec that ended in order removed its own)
         self._mpi_files = set()
         for folder in (self.stacks_folder, self.run_folder):

@@ -319,3 +319,29 @@ def test_every_pool_option_is_read_back_and_described():
     assert pool.options() == chosen
     pool.options()["env"]["X"] = "changed"
     assert pool.options()["env"] == {"OMP_NUM_THREADS": "2"}, "options() hands out copies"
+
+
+# -- what MPI leaves behind ------------------------------------------------------------------------
+
+def test_segments_that_mpi_unlinks_once_mapped_are_swept_only_when_nothing_holds_them(tmp_path):
+    """A segment that Intel MPI would have unlinked once every rank mapped it is left when its
+    maker was ended first: then it is swept; one that a process maps or holds open, and one made
+    before the pool began, are not."""
+    import mmap
+    import time
+
+    from mpinb._leftovers import unheld_segments
+
+    prefix = str(tmp_path / "Intel_MPI_")
+    began = time.time() - 1.0
+    left, mapped, opened = (tmp_path / f"Intel_MPI_{name}" for name in ("left", "mapped", "opened"))
+    for path in (left, mapped, opened):
+        path.write_bytes(b"x" * 4096)
+    with open(mapped, "r+b") as handle:
+        mapping = mmap.mmap(handle.fileno(), 4096)
+    with mapping, open(opened, "rb"):
+        found = unheld_segments(began, (prefix,))
+    assert {path for path, _ in found} == {str(left)}
+    assert found == {(str(left), left.stat().st_ino)}, "the inode makes sure the same file is removed"
+    assert unheld_segments(time.time() + 60, (prefix,)) == set(), "files made before the pool began stay"
+    assert unheld_segments(began, (str(tmp_path / "mpich_shm_"),)) == set()
