@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from _processes import this_mpi
 
 import mpinb
 from mpinb.pool._launch import plain_mpiexec
@@ -42,6 +43,19 @@ def test_main_argv_cwd_stdin_and_exit_zero(pool4, tmp_path, monkeypatch):
             f"stdin={expected_stdin} answer=42"
         ) in res.stdout[r]
     assert "number? doubled 42" in res.stdout[0]
+
+
+@pytest.mark.parametrize("placement", [[], ["--bind-to", "none"]], ids=["default", "the user's"])
+def test_ranks_run_on_the_cores_plain_mpiexec_gives_them(placement):
+    """Binding decides who shares a core with what else runs: Open MPI's pool once bound no rank,
+    and beside one busy process passive-target RMA took 6 times as long as under mpiexec."""
+    if placement and this_mpi() != "Open MPI":
+        pytest.skip("the placement options are Open MPI's")
+    cmd, env = plain_mpiexec(2, [*placement, sys.executable, os.path.join(SCRIPTS, "cores.py")])
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+    with mpinb.Pool(2, mpiexec_args=placement) as pool:
+        res = pool.run_file(os.path.join(SCRIPTS, "cores.py"))
+    assert sorted(res.stdout.values()) == sorted(plain.splitlines(keepends=True))
 
 
 def test_nonzero_exit_is_a_failure(pool4):

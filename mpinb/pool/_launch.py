@@ -192,6 +192,25 @@ def launch_environment(n: int, spawning: bool = False) -> dict[str, str]:
     return env
 
 
+# Options by which a user places ranks: when any is given, the user's placement stands alone.
+PLACEMENT_OPTIONS = ("--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "--rankfile",
+                     "-rankfile", "--ppr", "-npernode", "--npernode", "-npersocket", "--cpu-set", "--cpus-per-rank")
+
+
+def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str]) -> list[str]:
+    """Open MPI's placement of a pool's ranks on this host, as plain ``mpiexec -n n`` places them
+    (each bound to a core up to 2 ranks, to a package beyond; none when more ranks than cores),
+    yet allowed to spawn beyond the cores (see launch_environment). Allowing that alone makes
+    Open MPI bind nothing: ranks then shared cores with whatever else ran, and passive-target
+    RMA beside one busy process took 50 s in a pool against 8 s under mpiexec here."""
+    if n > (os.cpu_count() or 1) or mpi_family(mpiexec) != "Open MPI":
+        return []
+    if any(arg.partition("=")[0] in PLACEMENT_OPTIONS for arg in mpiexec_args):
+        return []
+    unit = "core" if n <= 2 else "package"
+    return ["--map-by", f"{unit}:OVERSUBSCRIBE", "--bind-to", f"{unit}:overload-allowed"]
+
+
 def plain_mpiexec(n: int, argv: list[str], mpiexec: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The command and environment of a plain ``mpiexec -n n argv...`` here, as a user would run
     it: the peer that mpinb is compared with (tests, benchmarks, ``mpinb doctor``)."""

@@ -48,6 +48,7 @@ from ._launch import (
     find_mpiexec,
     host_environment_arguments,
     mpi_family_in,
+    placement_arguments,
     rank_environment,
     slurm_job_files,
     srun_arguments,
@@ -219,7 +220,9 @@ class Supervisor:
             passed = (host_environment_arguments(mpiexec, [*environment, *ENGINE_CONNECTION_VARIABLES])
                       if settings.local and not settings.on_this_host
                       else host_environment_arguments(mpiexec, [EXPECTED_HOST_ENVIRONMENT]) if settings.local else [])
-            cluster.config.MPIEngineSetLauncher.mpi_args = [*srun, *passed, *settings.mpiexec_args]
+            placement = (placement_arguments(mpiexec, settings.n, settings.mpiexec_args)
+                         if settings.on_this_host else [])
+            cluster.config.MPIEngineSetLauncher.mpi_args = [*srun, *passed, *placement, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
         controller = cluster.config.LocalControllerLauncher
         controller.controller_cmd = [sys.executable, os.path.join(_HERE, "_controller_main.py")]
