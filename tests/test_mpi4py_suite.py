@@ -1,9 +1,9 @@
 """mpi4py's own test suite as the measure of fidelity: a pool runs it as plain ``mpiexec`` does.
 
 Each module of the installed mpi4py's ``test/`` runs on 2 ranks under plain ``mpiexec`` and
-through ``Pool.run_file`` in a long-lived pool: every module in one traced pool, then every
-module again in one untraced pool, and in one that verifies every run (``Pool(verify=True)``:
-findings allowed, no failure). The pool
+through ``Pool.run_file`` in a long-lived pool, one after the other in one process each time:
+every module under ``mpiexec``, then in one traced pool, again in one untraced pool, and in one
+that verifies every run (``Pool(verify=True)``: findings allowed, no failure). The pool
 must run as many tests, fail none that ``mpiexec`` passes, lose no rank, and still answer a
 collective correctly afterwards. A session fixture fetches the suite once into the user's cache
 (``$XDG_CACHE_HOME/mpinb``, beside pip's), so that collecting this file needs no network; the
@@ -12,8 +12,10 @@ modules it runs are listed in ``mpi4py_suite/modules.txt``, which a test compare
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -63,21 +65,84 @@ pytestmark = [pytest.mark.every_mpi,
               pytest.mark.slow, pytest.mark.timeout(2 * MODULE_TIMEOUT + 30)]
 
 
-def _reports(prefix: Path) -> list[dict]:
+def _reports(prefix: Path, module: str) -> list[dict]:
     reports = []
     for rank in range(RANKS):
-        path = Path(f"{prefix}.{rank}.json")
+        path = Path(f"{prefix}{module}.{rank}.json")
         assert path.exists(), f"rank {rank} wrote no report (it died, or the module did not run)"
         reports.append(json.loads(path.read_text()))
         path.unlink()
     return reports
 
 
+def _reported(prefix: Path, module: str) -> bool:
+    return all(Path(f"{prefix}{module}.{rank}.json").exists() for rank in range(RANKS))
+
+
+def run_together_under_mpiexec(modules: list[str], workdir: Path, suite: Path) -> None:
+    """Each rank's report of each module, all in one process under plain mpiexec, in the order
+    and the way a pool's pass runs them (a process per module cost 0.5-1.8 s of start-up each
+    here, more than a whole pass in a pool). A module that ends the process, or reports nothing
+    for MODULE_TIMEOUT, is left to a process of its own (under_mpiexec), and a new process
+    runs the modules after it."""
+    while modules:
+        reported = _run_together(modules, workdir, suite)
+        modules = modules[reported + 1:]
+
+
+def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
+    """How many of ``modules``, in order, one process under mpiexec reported (see above)."""
+    prefix = workdir / "mpiexec-"
+    cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), *modules])
+    env["TMPDIR"] = str(_temporary(workdir))
+    done = 0
+    with open(workdir / "mpiexec.log", "a") as log:
+        run = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+        try:
+            for module in modules:
+                deadline = time.monotonic() + MODULE_TIMEOUT
+                while not _reported(prefix, module) and run.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not _reported(prefix, module):
+                    break
+                _baseline[module] = reports = _reports(prefix, module)
+                _baseline_seconds[module] = max(report["seconds"] for report in reports)
+                done += 1
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    run.wait(timeout=MODULE_TIMEOUT)  # (MPI_Finalize removes MPI's files)
+        finally:
+            if run.poll() is None:
+                _kill_with_what_mpi_left(run)
+            run.wait()
+    for module in modules:  # (what a broken run left half written)
+        for rank in range(RANKS):
+            Path(f"{prefix}{module}.{rank}.json").unlink(missing_ok=True)
+    return done
+
+
+def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
+    """End a run broken off, and remove MPI's files that its processes would have at their end."""
+    import psutil
+
+    from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
+
+    with contextlib.suppress(psutil.Error):
+        tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+        files, sessions = mpi_files(p.pid for p in tree), launcher_sessions(p.pid for p in tree)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        remove_files(files)
+        remove_folders(sessions)
+
+
 def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
-    """Each rank's report of the module under plain mpiexec (computed once per module)."""
+    """Each rank's report of the module under plain mpiexec: from the run of every module
+    together, else (a module that broke that run off, and those after it) in a process of its own."""
     if module not in _baseline:
-        prefix = workdir / f"{module}-mpiexec"
-        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), module, str(prefix)])
+        prefix = workdir / "mpiexec-"
+        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), module])
         env["TMPDIR"] = str(_temporary(workdir))
         began = time.monotonic()
         try:
@@ -86,13 +151,13 @@ def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
         except subprocess.TimeoutExpired:
             said = [f"it did not end within {MODULE_TIMEOUT} s"]
         _baseline_seconds[module] = time.monotonic() - began
-        if not all(Path(f"{prefix}.{rank}.json").exists() for rank in range(RANKS)):
+        if not _reported(prefix, module):
             _baseline[module] = None  # nothing to compare with: this MPI's own mpiexec cannot run it
             for rank in range(RANKS):
-                Path(f"{prefix}.{rank}.json").unlink(missing_ok=True)
+                Path(f"{prefix}{module}.{rank}.json").unlink(missing_ok=True)
             _unrunnable[module] = " / ".join(said)
         else:
-            _baseline[module] = _reports(prefix)
+            _baseline[module] = _reports(prefix, module)
     if _baseline[module] is None:
         pytest.skip(f"{module} does not run to its end under this MPI's plain mpiexec ({_unrunnable[module]})")
     return _baseline[module]
@@ -111,6 +176,17 @@ def suite_workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mpi4py-suite")
 
 
+@pytest.fixture(scope="module")
+def mpiexec_baseline(request, suite, suite_workdir) -> None:
+    """Plain mpiexec's reports of the modules this session runs in some pass, run together."""
+    planned = sorted({item.callspec.params["module"] for item in request.session.items
+                      if item.originalname == "test_module_runs_as_under_mpiexec"
+                      and not _skipped(item.callspec.params["module"], item.callspec.params["suite_pool"])})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(suite_workdir)  # some modules write files into the working directory
+        run_together_under_mpiexec([module for module in MODULES if module in planned], suite_workdir, suite)
+
+
 # Every pass by default; `make test` runs only the traced one on its second and third MPIs
 # (MPINB_SUITE_PASSES=traced): tracing is what could change results there, and the untraced
 # pass, mpi4py's own objects in a pool, is the same on every MPI, as is the verified one's
@@ -121,8 +197,9 @@ PASSES = [p for p in os.environ.get("MPINB_SUITE_PASSES", "traced,untraced,verif
 # "verified": traced, with every correctness check of --verify on (findings allowed, no failure).
 @pytest.fixture(scope="module", params=PASSES)
 def suite_pool(request, suite_workdir):
-    """One pool per pass, so that each module runs once per process, as under mpiexec (some
-    state lives as long as the process: mpi4py has 32 slots for user error handlers, ever)."""
+    """One pool per pass, so that each module runs once per process, as under mpiexec, in the
+    same order (some state lives as long as the process: mpi4py has 32 slots for user error
+    handlers, ever)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(_temporary(suite_workdir)))  # the ranks inherit it
         pool = mpinb.Pool(RANKS, verify=request.param == "verified").start()
@@ -139,20 +216,26 @@ SILENT = {"test_util_dtlib"}
 RUN_SILENT = os.environ.get("MPINB_SUITE_SILENT", "1") != "0"
 
 
-@pytest.mark.timeout((1 + SLOWER_THAN_MPIEXEC) * MODULE_TIMEOUT + 30)
+def _skipped(module: str, passed: str) -> bool:
+    return module in SILENT and (passed != "traced" or not RUN_SILENT)
+
+
+# (func_only: the time limit leaves out the fixtures, plain mpiexec's run of every module together
+# among them, which ends itself once a module reports nothing for MODULE_TIMEOUT)
+@pytest.mark.timeout((1 + SLOWER_THAN_MPIEXEC) * MODULE_TIMEOUT + 30, func_only=True)
 @pytest.mark.parametrize("module", MODULES)
-def test_module_runs_as_under_mpiexec(module, suite, suite_pool, suite_workdir, monkeypatch):
+def test_module_runs_as_under_mpiexec(module, suite, suite_pool, suite_workdir, mpiexec_baseline, monkeypatch):
     pool, traced = suite_pool
-    if module in SILENT and (pool.verify or not traced or not RUN_SILENT):
+    if _skipped(module, "verified" if pool.verify else "traced" if traced else "untraced"):
         pytest.skip(f"{module} makes no communication call: one traced pass on one MPI covers it")
     monkeypatch.chdir(suite_workdir)  # some modules write files into the working directory
     expected = under_mpiexec(module, suite_workdir, suite)
-    prefix = suite_workdir / f"{module}-pool"
+    prefix = suite_workdir / "pool-"
     timeout = max(MODULE_TIMEOUT, SLOWER_THAN_MPIEXEC * _baseline_seconds[module])
-    result = pool.run_file(RUNNER, args=[suite, module, prefix], timeout=timeout, check=False, trace=traced)
+    result = pool.run_file(RUNNER, args=[suite, prefix, module], timeout=timeout, check=False, trace=traced)
     assert result.ok, "the runner itself failed in the pool:\n" + "\n".join(
         f.traceback for f in result.errors.values())
-    got = _reports(prefix)
+    got = _reports(prefix, module)
     for rank in range(RANKS):
         want, have = expected[rank], got[rank]
         assert have["ran"] == want["ran"], f"rank {rank} ran {have['ran']} tests, mpiexec {want['ran']}"

@@ -1,15 +1,18 @@
-"""Run one module of mpi4py's own test suite, as its ``test/main.py`` does, and report each test.
+"""Run modules of mpi4py's own test suite, as its ``test/main.py`` does, and report each test.
 
-    mpiexec -n 2 python runner.py TESTDIR MODULE REPORT_PREFIX
+    mpiexec -n 2 python runner.py TESTDIR REPORT_PREFIX MODULE [MODULE...]
 
-Every rank writes ``REPORT_PREFIX.RANK.json``: ``{"outcomes": {test id: ok|fail|error|skip},
-"details": {test id: traceback}, "ran": N}``. The same script runs under plain ``mpiexec`` and
-through ``Pool.run_file``, so the two reports compare test by test.
+For each module every rank writes ``REPORT_PREFIX+MODULE.RANK.json``: ``{"outcomes": {test id:
+ok|fail|error|skip}, "details": {test id: traceback}, "ran": N, "seconds": S}``. The same script
+runs under plain ``mpiexec`` and through ``Pool.run_file``, so the two reports compare test by
+test. Several modules run one after the other in one process, as a pool runs them, each with the
+suite's own modules imported anew, as a pool's run imports them.
 """
 
 import json
 import os
 import sys
+import time
 import unittest
 
 
@@ -62,11 +65,27 @@ class Recording(unittest.TextTestResult):
 
 
 def main() -> None:
-    testdir, module, prefix = sys.argv[1:4]
+    testdir, prefix, *modules = sys.argv[1:]
     sys.path.insert(0, testdir)
-    sys.argv = [os.path.join(testdir, "main.py"), module]
-    from main import TestProgram  # mpi4py's own test program: same options, same set-up
     from mpi4py import MPI
+
+    for module in modules:
+        before = set(sys.modules)
+        began = time.monotonic()
+        report = run(testdir, module)
+        report["seconds"] = time.monotonic() - began
+        with open(f"{prefix}{module}.{MPI.COMM_WORLD.Get_rank()}.json", "w") as handle:
+            json.dump(report, handle)
+        for name in set(sys.modules) - before:  # (the suite's helpers too: anew for the next)
+            if os.path.realpath(getattr(sys.modules[name], "__file__", None) or "/").startswith(
+                    os.path.join(os.path.realpath(testdir), "")):
+                del sys.modules[name]
+
+
+def run(testdir: str, module: str) -> dict:
+    """One module's outcomes, through mpi4py's own test program (same options, same set-up)."""
+    sys.argv = [os.path.join(testdir, "main.py"), module]
+    from main import TestProgram
 
     results = []
 
@@ -80,13 +99,11 @@ def main() -> None:
     except SystemExit:  # main.py's program always exits
         pass
     result = results[0] if results else None
-    report = {
+    return {
         "ran": result.testsRun if result else 0,
         "outcomes": result.outcomes if result else {},
         "details": result.details if result else {},
     }
-    with open(f"{prefix}.{MPI.COMM_WORLD.Get_rank()}.json", "w") as handle:
-        json.dump(report, handle)
 
 
 if __name__ == "__main__":
