@@ -15,21 +15,14 @@ Standard library only: a rank imports it as it exits, the watchdog (a script) wh
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterable
 
+# (Intel MPI unlinks its own once every rank has mapped it: one is left by a rank that dies first)
 MPI_SEGMENT_PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.", "/dev/shm/vader_segment.",
                         "/dev/shm/Intel_MPI_")
-# Intel MPI unlinks its segment itself once every rank on the host has mapped it. One is left
-# only when its maker was ended before (a start broken off while the ranks were in MPI_Init), and
-# no process can know it then: not even the maker's maps, read before it was ended, if it made
-# the segment just after. Its name is random; once no process maps it or holds it open, no job
-# can attach to it any more.
-UNLINKED_ONCE_MAPPED = ("/dev/shm/Intel_MPI_",)
 LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
 
 Leftover = tuple[str, int]  # (path, inode)
@@ -43,17 +36,13 @@ def mpi_files(pids: Iterable[int]) -> set[Leftover]:
 
 def mpi_segments(pids: Iterable[int]) -> set[Leftover]:
     """The MPI shared-memory files that these processes map."""
-    return _mapped(pids, MPI_SEGMENT_PREFIXES)
-
-
-def _mapped(pids: Iterable[int], prefixes: tuple[str, ...]) -> set[Leftover]:
     found = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as handle:
                 for line in handle:
                     fields = line.rstrip("\n").split(maxsplit=5)
-                    if len(fields) == 6 and fields[5].startswith(prefixes):
+                    if len(fields) == 6 and fields[5].startswith(MPI_SEGMENT_PREFIXES):
                         found.add((fields[5], int(fields[4])))
         except (OSError, ValueError):
             continue
@@ -81,24 +70,6 @@ def open_files(pids: Iterable[int], prefixes: tuple[str, ...]) -> set[Leftover]:
             except OSError:
                 continue
     return found
-
-
-def unheld_segments(since: float, prefixes: tuple[str, ...] = UNLINKED_ONCE_MAPPED) -> set[Leftover]:
-    """This user's segments of an MPI that unlinks them once mapped, changed since ``since`` (a
-    ``time.time()``), that no process here maps or holds open (see UNLINKED_ONCE_MAPPED)."""
-    made = {}
-    for path in (path for prefix in prefixes for path in glob.glob(glob.escape(prefix) + "*")):
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_ctime >= since:
-            made[path] = info.st_ino
-    if not made:  # (the common case: no scan of every process)
-        return set()
-    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    held = {path for path, _ in _mapped(pids, prefixes) | open_files(pids, prefixes)}
-    return {(path, inode) for path, inode in made.items() if path not in held}
 
 
 def remove_files(leftovers: Iterable[Leftover]) -> None:

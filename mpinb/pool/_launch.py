@@ -192,23 +192,44 @@ def launch_environment(n: int, spawning: bool = False) -> dict[str, str]:
     return env
 
 
-# Options by which a user places ranks: when any is given, the user's placement stands alone.
-PLACEMENT_OPTIONS = ("--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "--rankfile",
-                     "-rankfile", "--ppr", "-npernode", "--npernode", "-npersocket", "--cpu-set", "--cpus-per-rank")
+# Options by which a user places ranks (Open MPI 5's and 4's spellings, with one dash or two), and
+# the MCA parameters that set a default placement: when any is given, the user's placement stands.
+PLACEMENT_OPTIONS = {"map-by", "bind-to", "rankfile", "ppr", "npernode", "pernode", "npersocket", "cpu-set",
+                     "cpu-list", "cpus-per-rank", "cpus-per-proc", "bynode", "bysocket", "bycore", "byslot",
+                     "use-hwthread-cpus", "oversubscribe", "nooversubscribe"}
+PLACEMENT_PARAMETERS = ("rmaps_", "hwloc_")
 
 
-def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str]) -> list[str]:
+def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str], env: dict[str, str]) -> list[str]:
     """Open MPI's placement of a pool's ranks on this host, as plain ``mpiexec -n n`` places them
-    (each bound to a core up to 2 ranks, to a package beyond; none when more ranks than cores),
-    yet allowed to spawn beyond the cores (see launch_environment). Allowing that alone makes
-    Open MPI bind nothing: ranks then shared cores with whatever else ran, and passive-target
-    RMA beside one busy process took 50 s in a pool against 8 s under mpiexec here."""
-    if n > (os.cpu_count() or 1) or mpi_family(mpiexec) != "Open MPI":
+    (Open MPI 5: each bound to a core up to 2 ranks, to a package beyond, to none when more ranks
+    than cores), yet allowed to spawn beyond the cores (see launch_environment). Allowing that
+    alone makes Open MPI bind nothing: ranks then shared cores with whatever else ran, and
+    passive-target RMA beside one busy process took 50 s in a pool against 8 s under mpiexec
+    here. A placement of the user's own (options, or MCA parameters in ``env`` or the
+    environment) stands instead."""
+    if n > _cores() or not _launcher_is_prrte(mpiexec):
         return []
-    if any(arg.partition("=")[0] in PLACEMENT_OPTIONS for arg in mpiexec_args):
-        return []
+    for i, arg in enumerate(mpiexec_args):
+        option = arg.partition("=")[0].lstrip("-")
+        following = mpiexec_args[i + 1] if i + 1 < len(mpiexec_args) else ""
+        if option in PLACEMENT_OPTIONS or (option.endswith("mca") and following.startswith(PLACEMENT_PARAMETERS)):
+            return []
+    for name in {*os.environ, *env}:
+        if name.startswith(("OMPI_MCA_", "PRTE_MCA_")) and name.split("_MCA_", 1)[1].startswith(PLACEMENT_PARAMETERS):
+            return []
     unit = "core" if n <= 2 else "package"
     return ["--map-by", f"{unit}:OVERSUBSCRIBE", "--bind-to", f"{unit}:overload-allowed"]
+
+
+def _cores() -> int:
+    """The cores Open MPI counts as this host's slots: physical cores (not hardware threads),
+    those this process may run on."""
+    import psutil
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    logical, physical = psutil.cpu_count() or usable, psutil.cpu_count(logical=False) or usable
+    return max(usable * physical // logical, 1)
 
 
 def plain_mpiexec(n: int, argv: list[str], mpiexec: str | None = None) -> tuple[list[str], dict[str, str]]:
@@ -315,16 +336,32 @@ def mpi_family(mpiexec: str) -> str | None:
     return _family_of(mpiexec, modified)
 
 
-@functools.lru_cache(maxsize=8)
 def _family_of(mpiexec: str, modified: float) -> str | None:
     """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell."""
+    said = _version_of(mpiexec, modified)
+    return None if said is None else mpi_family_in(said)
+
+
+def _launcher_is_prrte(mpiexec: str) -> bool:
+    """Whether ``mpiexec`` is Open MPI 5's (PRRTE, "mpiexec (Open MPI) 5.0.11"), not Open MPI 4's
+    ("mpiexec (OpenRTE) 4.1.6"), whose placement options differ."""
+    try:
+        modified = os.stat(mpiexec).st_mtime
+    except OSError:
+        modified = 0.0
+    return "(Open MPI)" in (_version_of(mpiexec, modified) or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(mpiexec: str, modified: float) -> str | None:
+    """What ``mpiexec --version`` says; ``None`` if it cannot be run."""
     import subprocess
 
     try:
         done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return mpi_family_in(done.stdout + done.stderr)
+    return done.stdout + done.stderr
 
 
 def mpi_family_in(text: str) -> str | None:

@@ -7,6 +7,7 @@ engine is which rank, where each rank runs, and how to tell why a start-up or a 
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import os
 import secrets
@@ -24,7 +25,16 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftovers import launcher_files, launcher_sessions, mpi_segments, remove_files, remove_folders, unheld_segments
+from .._leftovers import (
+    LAUNCHER_FILE_PREFIXES,
+    MPI_SEGMENT_PREFIXES,
+    launcher_files,
+    launcher_sessions,
+    mpi_segments,
+    open_files,
+    remove_files,
+    remove_folders,
+)
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -102,7 +112,6 @@ class Supervisor:
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
         self._mpi_files: set[tuple[str, int]] = set()  # local ranks' MPI segments, launcher files
-        self._launched = time.time()  # (less a second, for the files' clock) what MPI left since is ours to sweep
         self.route = Route()
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
         self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
@@ -117,7 +126,6 @@ class Supervisor:
         if self.settings.on_this_host:  # a rank elsewhere says so at once (see rank/_engine_main.py)
             environment[EXPECTED_HOST_ENVIRONMENT] = socket.gethostname()
         self.run_folder = make_run_folder()
-        self._launched = time.time()
         self._start_watchdog()
         try:
             self.cluster = self._configured_cluster(environment)
@@ -220,7 +228,7 @@ class Supervisor:
             passed = (host_environment_arguments(mpiexec, [*environment, *ENGINE_CONNECTION_VARIABLES])
                       if settings.local and not settings.on_this_host
                       else host_environment_arguments(mpiexec, [EXPECTED_HOST_ENVIRONMENT]) if settings.local else [])
-            placement = (placement_arguments(mpiexec, settings.n, settings.mpiexec_args)
+            placement = (placement_arguments(mpiexec, settings.n, settings.mpiexec_args, settings.env)
                          if settings.on_this_host else [])
             cluster.config.MPIEngineSetLauncher.mpi_args = [*srun, *passed, *placement, *settings.mpiexec_args]
         # Our controller entry beats fast until every rank has registered (see its docstring).
@@ -524,6 +532,8 @@ class Supervisor:
         if self.deaths is not None:
             self.deaths.close()
             self.deaths = None
+        if self.settings.on_this_host and cluster is not None and len(self.ranks_info) < self.settings.n:
+            self._end_a_start_broken_off(cluster)
         if self.settings.on_this_host:
             # the ranks' segments, and those of processes they spawned (MPI.COMM_SELF.Spawn), read
             # before any of them is told to end (the launcher then ends the spawned ones itself)
@@ -547,7 +557,7 @@ class Supervisor:
         tree += [proc for proc in process_trees(self._processes) if proc.pid not in known]
         end_processes(tree, grace=1.0, ask_first=False)  # stopping the cluster asked them
         self._processes.clear()
-        remove_files(self._mpi_files | unheld_segments(self._launched - 1.0))
+        remove_files(self._mpi_files)
         remove_folders(sessions)  # (an mpiexec that ended in order removed its own)
         self._mpi_files = set()
         for folder in (self.stacks_folder, self.run_folder):
@@ -555,6 +565,26 @@ class Supervisor:
                 shutil.rmtree(folder, ignore_errors=True)
         self.stacks_folder = self.run_folder = None
         self._release_watchdog()
+
+    def _end_a_start_broken_off(self, cluster: Any) -> None:
+        """Kill the ranks of a start broken off (a timeout, a rank that died), frozen first.
+
+        Ranks still in MPI_Init make MPI's files: Intel MPI's segment is unlinked once every rank
+        has mapped it, so a maker ended first leaves it, and a read of its maps may come just
+        before it makes it (beside a busy process, 2 starts in 6 broken off at once left one).
+        Frozen, the processes make nothing more while their maps and open files are read."""
+        controller = getattr(cluster.controller, "pid", None)
+        launched = [proc for proc in self._processes if proc.pid != controller]
+        frozen: dict[int, psutil.Process] = {}
+        while new := [proc for proc in process_trees(launched) if proc.pid not in frozen]:
+            for proc in new:  # (until none is left that a parent forked meanwhile)
+                with contextlib.suppress(psutil.Error):
+                    proc.suspend()
+                frozen[proc.pid] = proc
+        self._mpi_files |= mpi_segments(frozen) | open_files(frozen, MPI_SEGMENT_PREFIXES + LAUNCHER_FILE_PREFIXES)
+        for proc in frozen.values():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:

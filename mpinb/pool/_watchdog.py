@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if __name__ == "__main__":  # a script: its own checkout's (or installation's) mpinb, nothing else
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders, unheld_segments
+from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
 
 if TYPE_CHECKING:
     import psutil
@@ -101,7 +101,6 @@ def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Pr
 
 
 def main() -> None:
-    began = time.time()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupt is not for us
     watched: dict[int, str | None] = {}  # pid -> its start time, to know it if its pid is reused
     swept: list[str] = []
@@ -127,7 +126,7 @@ def main() -> None:
     leftovers = mpi_files(proc.pid for proc in procs)  # while they still map them
     sessions = launcher_sessions(proc.pid for proc in procs)
     end_processes(procs)
-    remove_files(leftovers | unheld_segments(began - 1.0))
+    remove_files(leftovers)
     remove_folders(sessions)
     sweep(swept)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import socket
 
 import numpy as np
@@ -321,27 +323,27 @@ def test_every_pool_option_is_read_back_and_described():
     assert pool.options()["env"] == {"OMP_NUM_THREADS": "2"}, "options() hands out copies"
 
 
-# -- what MPI leaves behind ------------------------------------------------------------------------
 
-def test_segments_that_mpi_unlinks_once_mapped_are_swept_only_when_nothing_holds_them(tmp_path):
-    """A segment that Intel MPI would have unlinked once every rank mapped it is left when its
-    maker was ended first: then it is swept; one that a process maps or holds open, and one made
-    before the pool began, are not."""
-    import mmap
-    import time
+# -- placement -------------------------------------------------------------------------------------
 
-    from mpinb._leftovers import unheld_segments
+def test_open_mpi_ranks_are_placed_as_its_mpiexec_places_them_unless_the_user_places_them(monkeypatch):
+    from mpinb.pool import _launch
 
-    prefix = str(tmp_path / "Intel_MPI_")
-    began = time.time() - 1.0
-    left, mapped, opened = (tmp_path / f"Intel_MPI_{name}" for name in ("left", "mapped", "opened"))
-    for path in (left, mapped, opened):
-        path.write_bytes(b"x" * 4096)
-    with open(mapped, "r+b") as handle:
-        mapping = mmap.mmap(handle.fileno(), 4096)
-    with mapping, open(opened, "rb"):
-        found = unheld_segments(began, (prefix,))
-    assert {path for path, _ in found} == {str(left)}
-    assert found == {(str(left), left.stat().st_ino)}, "the inode makes sure the same file is removed"
-    assert unheld_segments(time.time() + 60, (prefix,)) == set(), "files made before the pool began stay"
-    assert unheld_segments(began, (str(tmp_path / "mpich_shm_"),)) == set()
+    monkeypatch.setattr(_launch, "_launcher_is_prrte", lambda mpiexec: True)  # (Open MPI 5's: a process to ask)
+    monkeypatch.setattr(_launch, "_cores", lambda: 8)
+    for name in [name for name in os.environ if name.startswith(("OMPI_MCA_", "PRTE_MCA_"))]:
+        monkeypatch.delenv(name)
+    place = functools.partial(_launch.placement_arguments, "mpiexec")
+    assert place(2, [], {}) == ["--map-by", "core:OVERSUBSCRIBE", "--bind-to", "core:overload-allowed"]
+    assert place(3, [], {}) == ["--map-by", "package:OVERSUBSCRIBE", "--bind-to", "package:overload-allowed"]
+    assert place(9, [], {}) == [], "more ranks than cores: Open MPI binds none"
+    assert place(2, ["--rank-by", "slot"], {})[:2] == ["--map-by", "core:OVERSUBSCRIBE"], "ranking places nothing"
+    for own in (["--map-by=slot"], ["-bind-to", "none"], ["--use-hwthread-cpus"], ["--nooversubscribe"],
+                ["--mca", "rmaps_base_mapping_policy", "slot"], ["--prtemca", "hwloc_default_binding_policy", "none"]):
+        assert place(2, own, {}) == [], own
+    assert place(2, [], {"PRTE_MCA_hwloc_default_binding_policy": "none"}) == []
+    monkeypatch.setenv("OMPI_MCA_rmaps_base_mapping_policy", "slot")
+    assert place(2, [], {}) == []
+    monkeypatch.setattr(_launch, "_launcher_is_prrte", lambda mpiexec: False)
+    monkeypatch.delenv("OMPI_MCA_rmaps_base_mapping_policy")
+    assert place(2, [], {}) == [], "Open MPI 4's, MPICH's and Intel MPI's mpiexec place ranks their own way"
