@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -85,9 +84,17 @@ def run_together_under_mpiexec(modules: list[str], workdir: Path, suite: Path) -
     here, more than a whole pass in a pool). A module that ends the process, or reports nothing
     for MODULE_TIMEOUT, is left to a process of its own (under_mpiexec), and a new process
     runs the modules after it."""
-    while modules:
+    deadline = time.monotonic() + TOGETHER_S
+    while modules and time.monotonic() < deadline:
         reported = _run_together(modules, workdir, suite)
+        if not reported:  # (not even the first: each in a process of its own, as the tests come)
+            return
         modules = modules[reported + 1:]
+
+
+# How long plain mpiexec may take over the modules run together (MPICH 87 s here alone; the rest,
+# if any, run a process each, within each test's own time limit)
+TOGETHER_S = 900
 
 
 def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
@@ -97,8 +104,7 @@ def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
     env["TMPDIR"] = str(_temporary(workdir))
     done = 0
     with open(workdir / "mpiexec.log", "a") as log:
-        run = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+        run = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             for module in modules:
                 deadline = time.monotonic() + MODULE_TIMEOUT
@@ -116,10 +122,15 @@ def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
             if run.poll() is None:
                 _kill_with_what_mpi_left(run)
             run.wait()
-    for module in modules:  # (what a broken run left half written)
-        for rank in range(RANKS):
-            Path(f"{prefix}{module}.{rank}.json").unlink(missing_ok=True)
+    for module in modules:  # (what a broken run left)
+        _remove_reports(prefix, module)
     return done
+
+
+def _remove_reports(prefix: Path, module: str) -> None:
+    for rank in range(RANKS):
+        for ending in (".json", ".json.part"):
+            Path(f"{prefix}{module}.{rank}{ending}").unlink(missing_ok=True)
 
 
 def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
@@ -128,13 +139,17 @@ def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
 
     from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
 
+    tree = []
     with contextlib.suppress(psutil.Error):
         tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
-        files, sessions = mpi_files(p.pid for p in tree), launcher_sessions(p.pid for p in tree)
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
-        remove_files(files)
-        remove_folders(sessions)
+    files, sessions = mpi_files(p.pid for p in tree), launcher_sessions(p.pid for p in tree)
+    run.kill()
+    for proc in tree:  # (in this session's process group: stopping the session stops them too)
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    run.wait()
+    remove_files(files)
+    remove_folders(sessions)
 
 
 def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
@@ -153,8 +168,7 @@ def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
         _baseline_seconds[module] = time.monotonic() - began
         if not _reported(prefix, module):
             _baseline[module] = None  # nothing to compare with: this MPI's own mpiexec cannot run it
-            for rank in range(RANKS):
-                Path(f"{prefix}{module}.{rank}.json").unlink(missing_ok=True)
+            _remove_reports(prefix, module)
             _unrunnable[module] = " / ".join(said)
         else:
             _baseline[module] = _reports(prefix, module)

@@ -74,8 +74,10 @@ def main() -> None:
         began = time.monotonic()
         report = run(testdir, module)
         report["seconds"] = time.monotonic() - began
-        with open(f"{prefix}{module}.{MPI.COMM_WORLD.Get_rank()}.json", "w") as handle:
+        path = f"{prefix}{module}.{MPI.COMM_WORLD.Get_rank()}.json"
+        with open(path + ".part", "w") as handle:
             json.dump(report, handle)
+        os.replace(path + ".part", path)  # (whoever waits for the report reads it whole)
         for name in set(sys.modules) - before:  # (the suite's helpers too: anew for the next)
             if os.path.realpath(getattr(sys.modules[name], "__file__", None) or "/").startswith(
                     os.path.join(os.path.realpath(testdir), "")):
