@@ -86,7 +86,7 @@ def run_together_under_mpiexec(modules: list[str], workdir: Path, suite: Path) -
     runs the modules after it."""
     deadline = time.monotonic() + TOGETHER_S
     while modules and time.monotonic() < deadline:
-        reported = _run_together(modules, workdir, suite)
+        reported = _run_together(modules, workdir, suite, deadline)
         if not reported:  # (not even the first: each in a process of its own, as the tests come)
             return
         modules = modules[reported + 1:]
@@ -97,7 +97,7 @@ def run_together_under_mpiexec(modules: list[str], workdir: Path, suite: Path) -
 TOGETHER_S = 900
 
 
-def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
+def _run_together(modules: list[str], workdir: Path, suite: Path, deadline: float) -> int:
     """How many of ``modules``, in order, one process under mpiexec reported (see above)."""
     prefix = workdir / "mpiexec-"
     cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), *modules])
@@ -107,8 +107,8 @@ def _run_together(modules: list[str], workdir: Path, suite: Path) -> int:
         run = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             for module in modules:
-                deadline = time.monotonic() + MODULE_TIMEOUT
-                while not _reported(prefix, module) and run.poll() is None and time.monotonic() < deadline:
+                until = min(time.monotonic() + MODULE_TIMEOUT, deadline)
+                while not _reported(prefix, module) and run.poll() is None and time.monotonic() < until:
                     time.sleep(0.05)
                 if not _reported(prefix, module):
                     break
@@ -139,17 +139,31 @@ def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
 
     from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
 
-    tree = []
-    with contextlib.suppress(psutil.Error):
-        tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
-    files, sessions = mpi_files(p.pid for p in tree), launcher_sessions(p.pid for p in tree)
-    run.kill()
-    for proc in tree:  # (in this session's process group: stopping the session stops them too)
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+    frozen: dict[int, psutil.Process] = {}  # (frozen first: nothing forks or makes files meanwhile)
+    try:
+        while new := [proc for proc in _tree(run.pid) if proc.pid not in frozen]:
+            for proc in new:
+                with contextlib.suppress(psutil.Error):
+                    proc.suspend()
+                frozen[proc.pid] = proc
+        files, sessions = mpi_files(frozen), launcher_sessions(frozen)
+    finally:
+        for proc in frozen.values():  # (in this session's process group: stopping it stops them too)
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        run.kill()
     run.wait()
     remove_files(files)
     remove_folders(sessions)
+
+
+def _tree(pid: int) -> list:
+    import psutil
+
+    try:
+        return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:

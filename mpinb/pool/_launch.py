@@ -196,7 +196,7 @@ def launch_environment(n: int, spawning: bool = False) -> dict[str, str]:
 # the MCA parameters that set a default placement: when any is given, the user's placement stands.
 PLACEMENT_OPTIONS = {"map-by", "bind-to", "rankfile", "ppr", "npernode", "pernode", "npersocket", "cpu-set",
                      "cpu-list", "cpus-per-rank", "cpus-per-proc", "bynode", "bysocket", "bycore", "byslot",
-                     "use-hwthread-cpus", "oversubscribe", "nooversubscribe"}
+                     "use-hwthread-cpus", "oversubscribe", "nooversubscribe", "N", "tune"}
 PLACEMENT_PARAMETERS = ("rmaps_", "hwloc_")
 
 
@@ -213,7 +213,10 @@ def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str], env: dict
     for i, arg in enumerate(mpiexec_args):
         option = arg.partition("=")[0].lstrip("-")
         following = mpiexec_args[i + 1] if i + 1 < len(mpiexec_args) else ""
-        if option in PLACEMENT_OPTIONS or (option.endswith("mca") and following.startswith(PLACEMENT_PARAMETERS)):
+        exported = following.split("=", 1)[0] if option == "x" else ""
+        if (option in PLACEMENT_OPTIONS or (option.endswith("mca") and following.startswith(PLACEMENT_PARAMETERS))
+                or (exported.startswith(("OMPI_MCA_", "PRTE_MCA_"))
+                    and exported.split("_MCA_", 1)[1].startswith(PLACEMENT_PARAMETERS))):
             return []
     for name in {*os.environ, *env}:
         if name.startswith(("OMPI_MCA_", "PRTE_MCA_")) and name.split("_MCA_", 1)[1].startswith(PLACEMENT_PARAMETERS):
@@ -223,13 +226,18 @@ def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str], env: dict
 
 
 def _cores() -> int:
-    """The cores Open MPI counts as this host's slots: physical cores (not hardware threads),
-    those this process may run on."""
-    import psutil
-
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    logical, physical = psutil.cpu_count() or usable, psutil.cpu_count(logical=False) or usable
-    return max(usable * physical // logical, 1)
+    """The cores Open MPI counts as this host's slots: physical cores (not hardware threads)
+    among the CPUs this process may run on."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in usable:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as package, open(f"{topology}/core_id") as core:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))  # (no topology: each CPU a core)
+    return max(len(cores), 1)
 
 
 def plain_mpiexec(n: int, argv: list[str], mpiexec: str | None = None) -> tuple[list[str], dict[str, str]]:

@@ -112,6 +112,7 @@ class Supervisor:
         self._gone_first: list[int] = []  # ranks elsewhere whose engines were seen unregistered first
         self._unregistrations: list[Unregistration] = []  # in the order the controller sent them
         self._mpi_files: set[tuple[str, int]] = set()  # local ranks' MPI segments, launcher files
+        self._launcher_sessions: set[tuple[str, int]] = set()  # of a start broken off (see below)
         self.route = Route()
         self.stacks_folder: str | None = None  # where each rank writes its stack when asked (see _stacks)
         self.run_folder: str | None = None  # this pool's sockets, for this user only (see _runfolder)
@@ -548,7 +549,8 @@ class Supervisor:
         self.engine_of.clear()
         self.ranks_info.clear()
         tree = process_trees(self._processes)
-        sessions = launcher_sessions(proc.pid for proc in tree)
+        sessions = launcher_sessions(proc.pid for proc in tree) | self._launcher_sessions
+        self._launcher_sessions = set()
         if client is not None:
             client.close()
         if cluster is not None:
@@ -576,15 +578,19 @@ class Supervisor:
         controller = getattr(cluster.controller, "pid", None)
         launched = [proc for proc in self._processes if proc.pid != controller]
         frozen: dict[int, psutil.Process] = {}
-        while new := [proc for proc in process_trees(launched) if proc.pid not in frozen]:
-            for proc in new:  # (until none is left that a parent forked meanwhile)
+        try:
+            while new := [proc for proc in process_trees(launched) if proc.pid not in frozen]:
+                for proc in new:  # (until none is left that a parent forked meanwhile)
+                    with contextlib.suppress(psutil.Error):
+                        proc.suspend()
+                    frozen[proc.pid] = proc
+            self._mpi_files |= mpi_segments(frozen) | open_files(frozen, MPI_SEGMENT_PREFIXES + LAUNCHER_FILE_PREFIXES)
+            # (Open MPI's launcher's session folder is named after its pid, which shutdown no longer sees)
+            self._launcher_sessions |= launcher_sessions(frozen)
+        finally:  # (none stays frozen, whatever interrupts the reading)
+            for proc in frozen.values():
                 with contextlib.suppress(psutil.Error):
-                    proc.suspend()
-                frozen[proc.pid] = proc
-        self._mpi_files |= mpi_segments(frozen) | open_files(frozen, MPI_SEGMENT_PREFIXES + LAUNCHER_FILE_PREFIXES)
-        for proc in frozen.values():
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+                    proc.kill()
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:

@@ -339,8 +339,11 @@ def test_open_mpi_ranks_are_placed_as_its_mpiexec_places_them_unless_the_user_pl
     assert place(9, [], {}) == [], "more ranks than cores: Open MPI binds none"
     assert place(2, ["--rank-by", "slot"], {})[:2] == ["--map-by", "core:OVERSUBSCRIBE"], "ranking places nothing"
     for own in (["--map-by=slot"], ["-bind-to", "none"], ["--use-hwthread-cpus"], ["--nooversubscribe"],
-                ["--mca", "rmaps_base_mapping_policy", "slot"], ["--prtemca", "hwloc_default_binding_policy", "none"]):
+                ["--mca", "rmaps_base_mapping_policy", "slot"], ["--prtemca", "hwloc_default_binding_policy", "none"],
+                ["-x", "OMPI_MCA_rmaps_base_mapping_policy=slot"], ["-N", "1"], ["--tune", "placement.conf"]):
         assert place(2, own, {}) == [], own
+    assert place(2, ["-x", "OMPI_MCA_btl=self,vader", "--mca", "btl", "self,vader"], {})[:2] == [
+        "--map-by", "core:OVERSUBSCRIBE"], "other parameters place nothing"
     assert place(2, [], {"PRTE_MCA_hwloc_default_binding_policy": "none"}) == []
     monkeypatch.setenv("OMPI_MCA_rmaps_base_mapping_policy", "slot")
     assert place(2, [], {}) == []
