@@ -174,10 +174,13 @@ def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
         cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), module])
         env["TMPDIR"] = str(_temporary(workdir))
         began = time.monotonic()
+        run = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         try:
-            done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=MODULE_TIMEOUT, env=env)
-            said = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            output, _ = run.communicate(timeout=MODULE_TIMEOUT)
+            said = output.strip().splitlines()[-3:]
         except subprocess.TimeoutExpired:
+            _kill_with_what_mpi_left(run)  # (the ranks too, not only mpiexec)
+            run.communicate()
             said = [f"it did not end within {MODULE_TIMEOUT} s"]
         _baseline_seconds[module] = time.monotonic() - began
         if not _reported(prefix, module):
