@@ -29,9 +29,10 @@ Leftover = tuple[str, int]  # (path, inode)
 
 
 def mpi_files(pids: Iterable[int]) -> set[Leftover]:
-    """The MPI shared-memory files that these processes map and the launcher's files they hold open."""
+    """The MPI shared-memory files that these processes map or hold open (a segment's maker holds
+    it open before it maps it) and the launcher's files they hold open."""
     pids = set(pids)
-    return mpi_segments(pids) | launcher_files(pids)
+    return mpi_segments(pids) | open_files(pids, MPI_SEGMENT_PREFIXES + LAUNCHER_FILE_PREFIXES)
 
 
 def mpi_segments(pids: Iterable[int]) -> set[Leftover]:

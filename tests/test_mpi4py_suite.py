@@ -100,8 +100,7 @@ TOGETHER_S = 900
 def _run_together(modules: list[str], workdir: Path, suite: Path, deadline: float) -> int:
     """How many of ``modules``, in order, one process under mpiexec reported (see above)."""
     prefix = workdir / "mpiexec-"
-    cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), *modules])
-    env["TMPDIR"] = str(_temporary(workdir))
+    cmd, env = _mpiexec_running(modules, workdir, suite)
     done = 0
     with open(workdir / "mpiexec.log", "a") as log:
         run = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -134,36 +133,33 @@ def _remove_reports(prefix: Path, module: str) -> None:
 
 
 def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
-    """End a run broken off, and remove MPI's files that its processes would have at their end."""
+    """End a run broken off, frozen first (as a pool ends a start broken off), and remove MPI's
+    files that its processes would have removed at their end."""
     import psutil
 
     from mpinb._leftovers import launcher_sessions, mpi_files, remove_files, remove_folders
+    from mpinb.pool._watchdog import freeze_trees, kill
 
-    frozen: dict[int, psutil.Process] = {}  # (frozen first: nothing forks or makes files meanwhile)
+    frozen: list[psutil.Process] = []
     try:
-        while new := [proc for proc in _tree(run.pid) if proc.pid not in frozen]:
-            for proc in new:
-                with contextlib.suppress(psutil.Error):
-                    proc.suspend()
-                frozen[proc.pid] = proc
-        files, sessions = mpi_files(frozen), launcher_sessions(frozen)
-    finally:
-        for proc in frozen.values():  # (in this session's process group: stopping it stops them too)
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        with contextlib.suppress(psutil.Error):
+            frozen = freeze_trees([psutil.Process(run.pid)])
+        pids = [proc.pid for proc in frozen]
+        files, sessions = mpi_files(pids), launcher_sessions(pids)
+    finally:  # (in this session's process group: stopping the session stops them too)
+        kill(frozen)
         run.kill()
     run.wait()
     remove_files(files)
     remove_folders(sessions)
 
 
-def _tree(pid: int) -> list:
-    import psutil
-
-    try:
-        return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
+def _mpiexec_running(modules: list[str], workdir: Path, suite: Path) -> tuple[list[str], dict[str, str]]:
+    """Plain mpiexec's command and environment for the runner over ``modules``, reporting to
+    ``workdir/mpiexec-MODULE.RANK.json``."""
+    cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(workdir / "mpiexec-"), *modules])
+    env["TMPDIR"] = str(_temporary(workdir))
+    return cmd, env
 
 
 def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
@@ -171,8 +167,7 @@ def under_mpiexec(module: str, workdir: Path, suite: Path) -> list[dict]:
     together, else (a module that broke that run off, and those after it) in a process of its own."""
     if module not in _baseline:
         prefix = workdir / "mpiexec-"
-        cmd, env = plain_mpiexec(RANKS, [sys.executable, str(RUNNER), str(suite), str(prefix), module])
-        env["TMPDIR"] = str(_temporary(workdir))
+        cmd, env = _mpiexec_running([module], workdir, suite)
         began = time.monotonic()
         run = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         try:

@@ -208,7 +208,7 @@ def placement_arguments(mpiexec: str, n: int, mpiexec_args: list[str], env: dict
     passive-target RMA beside one busy process took 50 s in a pool against 8 s under mpiexec
     here. A placement of the user's own (options, or MCA parameters in ``env`` or the
     environment) stands instead."""
-    if n > _cores() or not _launcher_is_prrte(mpiexec):
+    if not _launcher_is_prrte(mpiexec) or n > _cores():  # (the cached answer first: _cores reads sysfs)
         return []
     for i, arg in enumerate(mpiexec_args):
         option = arg.partition("=")[0].lstrip("-")
@@ -335,29 +335,25 @@ def host_environment_arguments(mpiexec: str, names: list[str]) -> list[str]:
 
 
 def mpi_family(mpiexec: str) -> str | None:
-    """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell. Asked once
-    per launcher file (a pool's start needs it, and the command costs a process)."""
-    try:
-        modified = os.stat(mpiexec).st_mtime
-    except OSError:
-        modified = 0.0
-    return _family_of(mpiexec, modified)
-
-
-def _family_of(mpiexec: str, modified: float) -> str | None:
     """"MPICH" or "Open MPI", from ``mpiexec --version``; ``None`` if it cannot tell."""
-    said = _version_of(mpiexec, modified)
+    said = _version(mpiexec)
     return None if said is None else mpi_family_in(said)
 
 
 def _launcher_is_prrte(mpiexec: str) -> bool:
     """Whether ``mpiexec`` is Open MPI 5's (PRRTE, "mpiexec (Open MPI) 5.0.11"), not Open MPI 4's
     ("mpiexec (OpenRTE) 4.1.6"), whose placement options differ."""
+    return "(Open MPI)" in (_version(mpiexec) or "")
+
+
+def _version(mpiexec: str) -> str | None:
+    """What ``mpiexec --version`` says, asked once per launcher file (a pool's start needs it,
+    and the command costs a process)."""
     try:
         modified = os.stat(mpiexec).st_mtime
     except OSError:
         modified = 0.0
-    return "(Open MPI)" in (_version_of(mpiexec, modified) or "")
+    return _version_of(mpiexec, modified)
 
 
 @functools.lru_cache(maxsize=8)

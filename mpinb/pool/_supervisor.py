@@ -7,7 +7,6 @@ engine is which rank, where each rank runs, and how to tell why a start-up or a 
 from __future__ import annotations
 
 import collections
-import contextlib
 import glob
 import os
 import secrets
@@ -25,16 +24,7 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftovers import (
-    LAUNCHER_FILE_PREFIXES,
-    MPI_SEGMENT_PREFIXES,
-    launcher_files,
-    launcher_sessions,
-    mpi_segments,
-    open_files,
-    remove_files,
-    remove_folders,
-)
+from .._leftovers import launcher_files, launcher_sessions, mpi_files, mpi_segments, remove_files, remove_folders
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -67,7 +57,7 @@ from ._launch import (
 from ._pending import Route
 from ._processes import RankProcesses
 from ._runfolder import make_run_folder
-from ._watchdog import end_processes, process_trees
+from ._watchdog import end_processes, freeze_trees, kill, process_trees
 
 _POLL = 0.01
 # The controller sends the unregistrations of hearts that stopped in one beat one after another:
@@ -576,21 +566,15 @@ class Supervisor:
         before it makes it (beside a busy process, 2 starts in 6 broken off at once left one).
         Frozen, the processes make nothing more while their maps and open files are read."""
         controller = getattr(cluster.controller, "pid", None)
-        launched = [proc for proc in self._processes if proc.pid != controller]
-        frozen: dict[int, psutil.Process] = {}
+        frozen: list[psutil.Process] = []
         try:
-            while new := [proc for proc in process_trees(launched) if proc.pid not in frozen]:
-                for proc in new:  # (until none is left that a parent forked meanwhile)
-                    with contextlib.suppress(psutil.Error):
-                        proc.suspend()
-                    frozen[proc.pid] = proc
-            self._mpi_files |= mpi_segments(frozen) | open_files(frozen, MPI_SEGMENT_PREFIXES + LAUNCHER_FILE_PREFIXES)
+            frozen = freeze_trees([proc for proc in self._processes if proc.pid != controller])
+            pids = [proc.pid for proc in frozen]
+            self._mpi_files |= mpi_files(pids)
             # (Open MPI's launcher's session folder is named after its pid, which shutdown no longer sees)
-            self._launcher_sessions |= launcher_sessions(frozen)
+            self._launcher_sessions |= launcher_sessions(pids)
         finally:  # (none stays frozen, whatever interrupts the reading)
-            for proc in frozen.values():
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
+            kill(frozen)
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:

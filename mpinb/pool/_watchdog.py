@@ -45,6 +45,38 @@ def process_trees(leaders: list[psutil.Process]) -> list[psutil.Process]:
     return tree + [proc for proc in in_sessions(sessions) if proc.pid not in known]
 
 
+def freeze_trees(leaders: list[psutil.Process]) -> list[psutil.Process]:
+    """These process trees (see process_trees), every process stopped (SIGSTOP), again for any
+    child forked meanwhile: frozen, they fork and make nothing more while what they hold is read.
+    The caller kills them (SIGKILL ends a stopped process; SIGTERM would wait for a SIGCONT)."""
+    import psutil
+
+    frozen: dict[int, psutil.Process] = {}
+    try:
+        while new := [proc for proc in process_trees(leaders) if proc.pid not in frozen]:
+            for proc in new:
+                frozen[proc.pid] = proc
+                try:
+                    proc.suspend()
+                except psutil.Error:
+                    continue
+    except BaseException:  # (an interrupt: none stays frozen)
+        kill(list(frozen.values()))
+        raise
+    return list(frozen.values())
+
+
+def kill(procs: list[psutil.Process]) -> None:
+    """SIGKILL to each of ``procs`` that is still there."""
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+
+
 def in_sessions(leaders: set[int]) -> list[psutil.Process]:
     """Every process in the sessions that these processes lead (each launcher has its own), also
     those whose parent has gone: an orphan keeps its session, and Linux reuses no session's id
