@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -198,8 +199,25 @@ def _temporary(workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def suite_workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("mpi4py-suite")
+def suite_workdir(tmp_path_factory, artifacts) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("mpi4py-suite")
+    _write_seconds(Path(artifacts))
+
+
+# Each module's seconds (the slower rank's) under plain mpiexec and in each pass that ran it:
+# where the suite's time goes, and where a pool is slower than mpiexec
+_pass_seconds: dict[str, dict[str, float]] = {}
+
+
+def _write_seconds(folder: Path) -> None:
+    """``{module: {"mpiexec": s, PASS: s, ...}}`` as JSON: beside the stage's timings in `make
+    test` (test-artifacts/stages/STAGE.suite.json), else test-artifacts/mpi4py-suite.json."""
+    table = {module: {"mpiexec": round(seconds, 2), **_pass_seconds.get(module, {})}
+             for module, seconds in sorted(_baseline_seconds.items())}
+    timings = os.environ.get("MPINB_TIMINGS")
+    path = Path(timings).with_suffix(".suite.json") if timings else folder / "mpi4py-suite.json"
+    if table:
+        path.write_text(json.dumps(table, indent=1))
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +280,8 @@ def test_module_runs_as_under_mpiexec(module, suite, suite_pool, suite_workdir, 
     assert result.ok, "the runner itself failed in the pool:\n" + "\n".join(
         f.traceback for f in result.errors.values())
     got = _reports(prefix, module)
+    passed = "verified" if pool.verify else "traced" if traced else "untraced"
+    _pass_seconds.setdefault(module, {})[passed] = round(max(report["seconds"] for report in got), 2)
     for rank in range(RANKS):
         want, have = expected[rank], got[rank]
         assert have["ran"] == want["ran"], f"rank {rank} ran {have['ran']} tests, mpiexec {want['ran']}"
