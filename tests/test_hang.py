@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from _processes import pool_processes
+from _processes import live_pool_processes, new_pool_processes
 
 import mpinb
 
@@ -278,7 +278,7 @@ def test_the_rank_that_died_first_is_named_though_the_watch_woke_late(tmp_path):
 
 @pytest.mark.timeout(400)
 def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
-    before = len(pool_processes())
+    before = {proc.pid for proc in live_pool_processes()}
     for cell in range(20):  # 10 deadlocks (the stress test aborts many more, of every kind)
         if cell % 2:
             with pytest.raises(mpinb.DeadlockError):
@@ -288,7 +288,8 @@ def test_soak_normal_cells_and_interrupted_deadlocks(pool4):
         else:
             assert pool4.run("comm.allreduce(rank)").value == {r: 6 for r in range(4)}
     assert pool4.run("comm.allreduce(rank + 1)").value == {r: 10 for r in range(4)}
-    assert len(pool_processes()) == before
+    left_behind = new_pool_processes(before)
+    assert not left_behind, "pool processes that the deadlocks left behind:\n" + "\n".join(left_behind)
 
 
 @pytest.mark.timeout(120)
