@@ -64,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     if not list(OUT.glob("data.*")):
         print(f"mpinb: no coverage data was written (the tests exited with {tests.returncode} before any ran)")
         return tests.returncode or 1
-    subprocess.run([*coverage, "combine", "-q"], cwd=ROOT, env=env, check=True)
+    combined = subprocess.run([*coverage, "combine", "-q"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    if combined.returncode:
+        print(combined.stderr, end="", file=sys.stderr)
+        return combined.returncode
+    unreadable = list(OUT.glob("data.*"))  # what combine could not read (it warns of each), it leaves
+    for path in unreadable:
+        path.unlink()
     subprocess.run([*coverage, "json", "-q", "-o", str(OUT / "coverage.json")], cwd=ROOT, env=env, check=True)
     subprocess.run([*coverage, "html", "-q", "-d", str(OUT / "html")], cwd=ROOT, env=env, check=True)
     table = per_package(json.loads((OUT / "coverage.json").read_text()))
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, (s, c) in table.items():
         print(f"  {name:28} {c:6} of {s:6} lines  {c / max(s, 1):4.0%}")
     print(f"  {'all of mpinb':28} {covered:6} of {statements:6} lines  {covered / max(statements, 1):4.0%}")
+    if unreadable:
+        print(f"  (not counted: the data of {len(unreadable)} processes, unreadable: each was killed while writing it)")
     if tests.returncode:
         print(f"mpinb: the tests failed (exit {tests.returncode}): the figures above count what ran")
     return tests.returncode
