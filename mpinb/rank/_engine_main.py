@@ -73,15 +73,16 @@ def _watch_pipe_fd(self: OutStream) -> None:
         return
     from mpinb.rank import _output
 
+    # bytes read from the pipe, and of those, gone through: _output.drain_file_descriptors waits
+    # for what was written before a cell ended to be handled
+    self._mpinb_read = self._mpinb_handled = 0  # type: ignore[attr-defined]
     _output.watched.append(self)
     copied = 0
     try:
         while True:
-            # busy from the moment data waits until it has gone through: a drain that finds the
-            # pipe empty and this reader not busy knows that all written so far has been handled
             select.select([self._fid], [], [])
-            self._mpinb_reading = True  # type: ignore[attr-defined]  # read by _output.drain_file_descriptors
             data = os.read(self._fid, _PIPE_BUFFER_SIZE)
+            self._mpinb_read += len(data)  # type: ignore[attr-defined]
             if not data or not self._should_watch:
                 break
             _output.from_file_descriptor(self, data.decode(errors="replace"))
@@ -92,11 +93,11 @@ def _watch_pipe_fd(self: OutStream) -> None:
                     os.write(self._original_stdstream_copy, f"\n[mpinb] this rank's log keeps the first "
                              f"{LOG_COPY_LIMIT // 2**20} MB of its {self.name}; the rest went to the "
                              "notebook only.\n".encode())
-            self._mpinb_reading = False  # type: ignore[attr-defined]
+            self._mpinb_handled = self._mpinb_read  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - as ipykernel's: kept for its flush to raise
         self._exc = sys.exc_info()
     finally:
-        self._mpinb_reading = False  # type: ignore[attr-defined]
+        self._mpinb_handled = self._mpinb_read  # type: ignore[attr-defined]
 
 
 OutStream._watch_pipe_fd = _watch_pipe_fd  # type: ignore[method-assign]

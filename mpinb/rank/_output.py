@@ -122,24 +122,39 @@ def from_file_descriptor(stream: Any, text: str) -> None:
         stream.write(text)
 
 
-def drain_file_descriptors(timeout: float = 0.25) -> None:
-    """Wait until ipykernel has read what the cell wrote to the file descriptors (a thread reads
-    them), so that the cell's output is complete when its reply goes."""
+def drain_file_descriptors(timeout: float = 5.0) -> None:
+    """Wait until ipykernel's reader threads have handled what the cell wrote to fds 1 and 2
+    before now, so that the cell's output (and the rank log's copy) is complete when its reply
+    goes. Only what was written before: a thread of the user's that writes on does not hold the
+    reply. On a loaded machine the reader may wait its turn for a while: ``timeout`` bounds that."""
+    deadline = time.monotonic() + timeout
+    for stream in watched:
+        written = _written_so_far(stream)
+        reader = getattr(stream, "watch_fd_thread", None)
+        while written is not None and stream._mpinb_handled < written and time.monotonic() < deadline \
+                and (reader is None or reader.is_alive()):
+            time.sleep(0.001)
+
+
+def _written_so_far(stream: Any) -> int | None:
+    """The bytes written to the stream's pipe so far (read by its reader, and waiting in the
+    pipe), or None if the pipe cannot tell."""
     import fcntl
     import termios
 
-    deadline = time.monotonic() + timeout
-    for stream in watched:
-        fid = getattr(stream, "_fid", None)
-        while fid is not None and time.monotonic() < deadline:
-            pending = bytearray(4)
-            try:
-                fcntl.ioctl(fid, termios.FIONREAD, pending)
-            except OSError:
-                break
-            if not int.from_bytes(pending, sys.byteorder) and not getattr(stream, "_mpinb_reading", False):
-                break
-            time.sleep(0.001)
+    fid = getattr(stream, "_fid", None)
+    if fid is None:
+        return None
+    for _ in range(100):  # (read twice around the pipe's count: the reader must not move between)
+        read = stream._mpinb_read
+        pending = bytearray(4)
+        try:
+            fcntl.ioctl(fid, termios.FIONREAD, pending)
+        except OSError:
+            return None
+        if stream._mpinb_read == read:
+            break
+    return read + int.from_bytes(pending, sys.byteorder)
 
 
 @contextmanager
