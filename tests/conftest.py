@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -37,6 +38,14 @@ RUNTIME_FOLDER = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mpinb-
 IPYTHON_FOLDER = os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="mpinb-tests-ipython-")
 PROFILE_FOLDERS = [os.path.join(IPYTHON_FOLDER, "profile_mpinb", name) for name in ("log", "security", "stacks")]
 
+
+def _remove_the_runs_folders() -> None:
+    shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
+    shutil.rmtree(IPYTHON_FOLDER, ignore_errors=True)
+
+
+atexit.register(_remove_the_runs_folders)  # (also when pytest stops before configuring: a usage error)
+
 # (imported after the folders are set: its import marks this session's processes)
 from _processes import (  # noqa: E402
     ARTIFACTS,
@@ -71,8 +80,7 @@ def no_process_outlives_the_tests():
     pool_folders = os.listdir(user_folder) if os.path.isdir(user_folder) else []
     profile_files = sorted(os.path.relpath(os.path.join(top, name), IPYTHON_FOLDER)
                            for folder in PROFILE_FOLDERS for top, _, names in os.walk(folder) for name in names)
-    shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
-    shutil.rmtree(IPYTHON_FOLDER, ignore_errors=True)
+    _remove_the_runs_folders()
     assert not left, "pool processes outlived the test session: " + ", ".join(
         f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
     )
@@ -250,5 +258,4 @@ def collected_tests(request) -> list[pytest.Item]:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The run's folders go also when no test ran (`--collect-only`, nothing selected)."""
-    shutil.rmtree(RUNTIME_FOLDER, ignore_errors=True)
-    shutil.rmtree(IPYTHON_FOLDER, ignore_errors=True)
+    _remove_the_runs_folders()
