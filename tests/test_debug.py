@@ -86,13 +86,17 @@ def test_a_traced_deadlocks_error_merges_the_ring_into_one_line(pool4):
 
 def test_a_rank_in_a_long_c_call_is_read_from_outside(pool4):
     """A C loop that holds Python's lock keeps the rank from answering; it writes its stack from
-    a signal handler instead."""
+    a signal handler instead, and inspect names it rather than wait for it."""
     runner, box = in_background(pool4, "if rank == 1:\n    sum(range(10**9))\n", timeout=2)
     time.sleep(0.5)
     stacks = pool4.stacks()
     assert stacks.ranks[1].read == "signal", stacks.ranks[1]
     assert "rank 1: cell line 2: sum(range(10**9)) → in a call that does not return to Python" in stacks.text(), \
         stacks.text()
+    began = time.monotonic()
+    seen = pool4.inspect("rank * 0")
+    assert time.monotonic() - began < 6, "inspect waited for a rank that cannot answer"
+    assert "rank 1" in seen.text() and "did not answer" in seen.text(), seen.text()
     runner.join()
     assert isinstance(box.get("error"), TimeoutError)
 
@@ -284,6 +288,15 @@ def test_large_values_do_not_travel_whole(pool4):
     assert seen.agree and time.monotonic() - began < 5
     summary = seen.summaries[0]
     assert summary["size"] == 5_000_000 and len(summary["repr"]) < 200 and len(summary["blocks"]) == 64
+
+
+def test_a_rank_that_answers_may_take_longer_to_compute_than_to_answer(pool4):
+    """A crowded machine may take more than ANSWER_WITHIN to digest a value: a rank whose control
+    channel answers is given COMPUTE_WITHIN for it, not reported as stuck in a C call."""
+    from mpinb.pool._channel import ANSWER_WITHIN
+
+    seen = pool4.inspect(f"__import__('time').sleep({ANSWER_WITHIN + 0.5}) or rank * 0 + 7")
+    assert seen.agree and all(summary.get("value") == 7 for summary in seen.summaries.values()), seen
 
 
 # -- magics -------------------------------------------------------------------------------------------

@@ -16,6 +16,18 @@ if TYPE_CHECKING:
     from ._supervisor import Supervisor
 
 ANSWER_WITHIN = 3.0
+COMPUTE_WITHIN = 60.0  # what a rank that answers may take to compute (a digest of a large array)
+
+
+def ask_computing(supervisor: Supervisor, ranks: list[int], op: str, **args: object) -> dict[int, dict]:
+    """Each rank's answer to ``op``, which computes (``inspect`` digests a whole array): the
+    ranks that answer a question that computes nothing within ``ANSWER_WITHIN`` are then given
+    ``COMPUTE_WITHIN`` seconds. A crowded machine (ranks beside other work on few cores) may take
+    longer than ANSWER_WITHIN to compute, and such a rank is working, not stuck in a C call."""
+    alive = ask(supervisor, ranks, "state")
+    answering = [rank for rank in ranks if alive[rank].get("status") != "timeout"]
+    answers = ask(supervisor, answering, op, timeout=COMPUTE_WITHIN, **args) if answering else {}
+    return {rank: answers.get(rank, alive[rank]) for rank in ranks}
 
 
 def ask(supervisor: Supervisor, ranks: list[int], op: str, timeout: float = ANSWER_WITHIN,

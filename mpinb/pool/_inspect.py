@@ -135,7 +135,7 @@ def inspect(supervisor: Supervisor, ranks: list[int], expression: str) -> Inspec
         compile(expression, "<inspect>", "eval")
     except SyntaxError as err:
         raise SyntaxError(f"inspect {expression!r}: {err.msg}") from None
-    answers = _channel.ask(supervisor, ranks, "inspect", expr=expression)
+    answers = _channel.ask_computing(supervisor, ranks, "inspect", expr=expression)
     missing = [rank for rank, answer in answers.items() if "missing" in answer]
     if missing:
         name = answers[missing[0]]["missing"]
@@ -168,8 +168,8 @@ def _where_arrays_differ(supervisor: Supervisor, inspection: Inspection) -> list
         blocks = [i for i, (a, b) in enumerate(zip(summary["blocks"], reference["blocks"])) if a != b][:ASKED_BLOCKS]
         if not blocks:
             continue
-        answers = _channel.ask(supervisor, [ranks[0], reference_ranks[0]], "elements", expr=inspection.expression,
-                               block_numbers=blocks)
+        answers = _channel.ask_computing(supervisor, [ranks[0], reference_ranks[0]], "elements",
+                                         expr=inspection.expression, block_numbers=blocks)
         theirs, ours = answers[ranks[0]], answers[reference_ranks[0]]
         if _channel.failure(theirs) or _channel.failure(ours):
             continue
