@@ -46,9 +46,10 @@ def baseline_key(suite: Path, runner: Path, modules: list[str], launcher: list[s
     """The digest that names the baseline of ``modules`` run together by ``launcher + [python,
     runner, ...]`` in ``env`` (``harness``: the test file that runs it), and what went into it
     (kept beside the baseline, for whoever wonders why it was run again)."""
-    suite_files = sorted(path for path in suite.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
-    suite_reads = {name for path in suite_files if path.suffix == ".py"
-                   for name in SUITE_READS.findall(path.read_text())}
+    suite_files = {path.relative_to(suite): path.read_bytes() for path in sorted(suite.rglob("*"))
+                   if path.is_file() and "__pycache__" not in path.parts}
+    suite_reads = {name for path, text in suite_files.items() if path.suffix == ".py"
+                   for name in SUITE_READS.findall(text.decode(errors="replace"))}
     parts: dict[str, object] = {
         "python": sys.version,
         "machine": [platform.machine(), platform.release(), os.cpu_count(), len(os.sched_getaffinity(0))],
@@ -59,7 +60,7 @@ def baseline_key(suite: Path, runner: Path, modules: list[str], launcher: list[s
         "settings": sorted(f"{name}={value}" for name, value in env.items()
                            if (name.startswith(SETTING_PREFIXES) or name in suite_reads) and name not in SET_OR_NOT),
         "set": sorted(name for name in SET_OR_NOT if name in env),
-        "suite": _digest_files(suite_files, suite),
+        "suite": _digest_files(suite_files),
         "runner": [_digest_file(runner), _digest_file(harness)],
         "modules": modules,
     }
@@ -173,8 +174,8 @@ def _digest_file(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _digest_files(paths: list[Path], root: Path) -> str:
+def _digest_files(files: dict[Path, bytes]) -> str:
     digest = hashlib.sha256()
-    for path in paths:
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for path, content in files.items():
+        digest.update(str(path).encode() + b"\0" + content)
     return digest.hexdigest()[:16]

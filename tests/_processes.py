@@ -95,25 +95,8 @@ def wait_until_gone(seconds: float = 10.0, ignore: set[int] = frozenset()) -> li
         time.sleep(0.1)
 
 
-def new_pool_processes(before: set[int], seconds: float = 10.0) -> list[str]:
-    """The command lines of this run's live pool processes that were not among ``before`` (pids)
-    and are still there after up to ``seconds``; ``[]`` is good. (A process of another test session
-    that is ending cannot show its session's mark and counts as this run's for a moment, more often
-    on a loaded machine: a set of pids, not a count, lets such a process come and go.)"""
-    deadline = time.monotonic() + seconds
-    while True:
-        new = [proc for proc in live_pool_processes() if proc.pid not in before]
-        if not new or time.monotonic() > deadline:
-            return [_command_line(proc) for proc in new]
-        time.sleep(0.1)
-
-
-def live_pool_processes() -> list[psutil.Process]:
-    """pool_processes() less those that have ended (zombies included)."""
-    return [proc for proc in pool_processes() if _alive(proc)]
-
-
-def _command_line(proc: psutil.Process) -> str:
+def command_line(proc: psutil.Process) -> str:
+    """``PID: COMMAND LINE`` (cut at 200 characters), for a message; "(ended)" once it has."""
     try:
         return f"{proc.pid}: {' '.join(proc.cmdline())[:200]}"
     except psutil.Error:

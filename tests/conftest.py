@@ -49,6 +49,7 @@ atexit.register(_remove_the_runs_folders)  # (also when pytest stops before conf
 # (imported after the folders are set: its import marks this session's processes)
 from _processes import (  # noqa: E402
     ARTIFACTS,
+    command_line,
     kernel_temporary_folders,
     mpi_files_left_since,
     mpi_temporary_files,
@@ -81,9 +82,7 @@ def no_process_outlives_the_tests():
     profile_files = sorted(os.path.relpath(os.path.join(top, name), IPYTHON_FOLDER)
                            for folder in PROFILE_FOLDERS for top, _, names in os.walk(folder) for name in names)
     _remove_the_runs_folders()
-    assert not left, "pool processes outlived the test session: " + ", ".join(
-        f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left
-    )
+    assert not left, "pool processes outlived the test session: " + ", ".join(command_line(p) for p in left)
     assert not pool_folders, f"pools' socket folders outlived the tests in {user_folder}: " + ", ".join(
         sorted(pool_folders))
     assert not profile_files, "pools' files outlived the tests in their IPython profile: " + ", ".join(profile_files)

@@ -4,8 +4,8 @@ Each module of the installed mpi4py's ``test/`` runs on 2 ranks under plain ``mp
 through ``Pool.run_file`` in a long-lived pool, one after the other in one process each time:
 every module under ``mpiexec`` (its reports kept in the user's cache for as long as nothing
 that plain mpiexec runs changes: tests/_mpiexec_baselines.py), then in one traced pool, again in
-one untraced pool, and in one that verifies every run (``Pool(verify=True)``: findings allowed, no failure). The pool
-must run as many tests, fail none that ``mpiexec`` passes, lose no rank, and still answer a
+one untraced pool, and in one that verifies every run (``Pool(verify=True)``: findings allowed,
+no failure). The pool must run as many tests, fail none that ``mpiexec`` passes, lose no rank, and still answer a
 collective correctly afterwards. A session fixture fetches the suite once into the user's cache
 (``$XDG_CACHE_HOME/mpinb``, beside pip's), so that collecting this file needs no network; the
 modules it runs are listed in ``mpi4py_suite/modules.txt``, which a test compares with the suite.
@@ -95,8 +95,7 @@ def test_a_kept_baseline_is_named_by_what_plain_mpiexec_runs_not_where(suite, tm
 
 _baseline: dict[str, list[dict] | None] = {}
 _baseline_seconds: dict[str, float] = {}  # how long plain mpiexec took, on this machine
-_kept_baseline: set[str] = set()  # modules whose baseline is a kept one, not this run's
-_kept_key: list[str] = []  # the kept baseline's key, if one was used
+_kept_baseline: dict[str, str] = {}  # module -> the key of the kept baseline it came from (not this run's)
 # A module's run in a pool may take this many times what plain mpiexec took (at least
 # MODULE_TIMEOUT): on a loaded machine a module can take ten times as long under either (Open
 # MPI's test_io: 3 s alone, 26-32 s beside two busy processes, in a pool as under mpiexec).
@@ -279,8 +278,7 @@ def mpiexec_baseline(request, suite, suite_workdir) -> None:
         reports, seconds = kept
         _baseline.update(reports)
         _baseline_seconds.update(seconds)
-        _kept_baseline.update(modules)
-        _kept_key.append(key)
+        _kept_baseline.update(dict.fromkeys(modules, key))
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(suite_workdir)  # some modules write files into the working directory
@@ -347,11 +345,11 @@ def test_module_runs_as_under_mpiexec(module, suite, suite_pool, suite_workdir, 
     if module in _kept_baseline and (differences or _better_than(expected, got)):
         # The kept run may have met trouble this one does not, or the other way round: plain
         # mpiexec again, now (alone), is the measure, and a kept run it disagrees with is dropped.
-        _kept_baseline.discard(module)
+        key = _kept_baseline.pop(module)
         del _baseline[module]
         now = under_mpiexec(module, suite_workdir, suite)
         if [(r["ran"], r["outcomes"]) for r in now] != [(r["ran"], r["outcomes"]) for r in expected]:
-            baselines.forget(BASELINES, _kept_key[0])
+            baselines.forget(BASELINES, key)
         differences = _differences(now, got)
     assert not differences, "\n".join(differences)
     if pool.verify:  # the checks read the whole trace: they must finish, whatever they find
