@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -240,6 +241,25 @@ def _report(ran: Ran) -> None:
         print(f"---- end of {ran.stage.name} ----", flush=True)
 
 
+# The lines of a failed stage's log that say what failed: pytest's summary lines, and the docs
+# build's errors with the notebook each names.
+_FAILURE_LINE = re.compile(r"^(FAILED|ERROR) |\.ipynb\b.*\b(Error|failed|timed out)|\b(Error|failed)\b.*\.ipynb\b"
+                           r"|^[\w.]*(Error|Interrupted|Exception)\b: |Timeout waiting for execute reply")
+_MOST_LINES = 20
+
+
+def why_failed(log: str) -> list[str]:
+    """What a failed stage's log says failed, in at most 20 lines of at most 300 characters: the
+    whole log is printed as the stage ends, but a CI page that shows only a run's end would not
+    name the failure."""
+    lines = [line.rstrip() for line in log.splitlines() if _FAILURE_LINE.search(line.strip())]
+    lines = list(dict.fromkeys(lines))  # (an error repeated by every worker, once)
+    shown = [line if len(line) <= 300 else line[:297] + "..." for line in lines[:_MOST_LINES]]
+    if len(lines) > _MOST_LINES:
+        shown.append(f"... and {len(lines) - _MOST_LINES} more such lines")
+    return shown or ["(no line of its log names a failure: its end is above)"]
+
+
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
@@ -327,9 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     print_table(table)
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "timings.json").write_text(json.dumps(table, indent=1))
-    failed = [ran.stage.name for ran in runs if not ran.ok]
+    failed = [ran for ran in runs if not ran.ok]
+    for ran in failed:
+        print(f"\nmpinb: why {ran.stage.name} failed (from test-artifacts/stages/{ran.stage.name}.log):")
+        print("\n".join("  " + line for line in why_failed(
+            (STAGES_FOLDER / f"{ran.stage.name}.log").read_text(errors="replace"))))
     if failed:
-        print(f"mpinb: these stages failed: {' '.join(failed)}")
+        print(f"mpinb: these stages failed: {' '.join(ran.stage.name for ran in failed)}")
         return 1
     return 0
 

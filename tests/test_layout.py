@@ -392,6 +392,33 @@ def test_each_stage_keeps_the_rules_of_what_it_runs(every_test):
             assert f"install-{stage.mpi}" in stage.after and stage.env == suite.OTHER_MPI, stage.name
 
 
+def test_a_failed_stage_is_named_with_the_lines_that_say_what_failed():
+    """The end of a run (all a CI page may show) names each failure: pytest's summary lines, the
+    notebook a docs build failed on, the error; not the lines around them."""
+    why_failed = _suite().why_failed
+    pytest_log = ("tests/test_pool.py ..F.                                       [ 40%]\n"
+                  "=========================== short test summary info ============================\n"
+                  "FAILED tests/test_pool.py::test_a - AssertionError: 3 != 4\n"
+                  "ERROR tests/test_hang.py::test_b - TimeoutError: pool did not start\n"
+                  "==== 1 failed, 1 error, 30 passed in 12.00s ====\n")
+    assert why_failed(pytest_log) == ["FAILED tests/test_pool.py::test_a - AssertionError: 3 != 4",
+                                      "ERROR tests/test_hang.py::test_b - TimeoutError: pool did not start"]
+    site_log = ("# 2026-12-07 14:03:39,781 INFO traitlets client.py:695 -- Executing notebook with kernel: python3\n"
+                "# 2026-12-07 14:12:22,633 ERROR traitlets client.py:845 -- Timeout waiting for execute reply (600s).\n"
+                "Sphinx parallel build error!\n"
+                "myst_nb.core.execute.base.ExecutionError: /w/notebooks/zh/03-nonblocking.ipynb\n"
+                "mpinb.errors.RunInterrupted: interrupted; ranks 0-1 wait in recv (line 4)\n") * 2
+    assert why_failed(site_log) == [
+        "# 2026-12-07 14:12:22,633 ERROR traitlets client.py:845 -- Timeout waiting for execute reply (600s).",
+        "myst_nb.core.execute.base.ExecutionError: /w/notebooks/zh/03-nonblocking.ipynb",
+                                    "mpinb.errors.RunInterrupted: interrupted; ranks 0-1 wait in recv (line 4)"]
+    many = "".join(f"FAILED tests/test_x.py::test_{i} - {'x' * 400}\n" for i in range(25))
+    shown = why_failed(many)
+    assert len(shown) == 21 and shown[-1] == "... and 5 more such lines" and max(map(len, shown)) == 300
+    assert why_failed("make: *** [Makefile:1: docs] Error 2\n") == [
+        "(no line of its log names a failure: its end is above)"]
+
+
 def test_each_test_that_makes_hosts_or_drives_a_browser_is_marked_so(every_test):
     """A test file that imports the hosts' makers (network namespaces, Slurm) is marked hosts (two
     such stages never run at once); one that imports the browser's launcher is marked browser."""
