@@ -8,7 +8,11 @@ guide includes the README and the tutorials are the notebooks themselves, not co
 
 from __future__ import annotations
 
+import functools
 import os
+
+import jupyter_cache.executors.utils as _notebook_execution  # (not `jupyter_cache`: a MyST-NB setting's name)
+import nbclient
 
 import mpinb
 
@@ -28,9 +32,14 @@ suppress_warnings = ["myst.header", "misc.highlighting_failure", "myst.xref_miss
 
 # Tutorials run when the site is built: what a reader sees is what this build computed.
 nb_execution_mode = os.environ.get("MPINB_DOCS_EXECUTE", "force")
-nb_execution_timeout = 600
 nb_execution_raise_on_error = True  # a cell that fails unexpectedly fails the build
 nb_execution_show_tb = True
+# A tutorial's cell takes seconds. One still running after the timeout is interrupted, not
+# abandoned: mpinb then ends the run with its own account (who waits where, every rank's stack),
+# which the build's error shows, where a plain timeout would say only that the cell took too long.
+# MyST-NB hands nbclient no options of its own, so the function it calls is given this one.
+nb_execution_timeout = 300
+_notebook_execution.executenb = functools.partial(nbclient.execute, interrupt_on_timeout=True)
 # Widgets need their JavaScript; the page shows each view's static form instead (mpinb's views
 # carry an SVG and a text summary next to the widget), and nothing is fetched from a CDN.
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]

@@ -17,6 +17,7 @@ import glob
 import io
 import os
 import re
+import time
 import tokenize
 from pathlib import Path
 
@@ -34,7 +35,10 @@ NOTEBOOKS = ENGLISH + CHINESE
 
 
 def execute(nb: nbformat.NotebookNode, cwd: str, timeout: int = 300) -> nbformat.NotebookNode:
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": cwd}}).execute()
+    """Run ``nb`` in place; a cell still running after ``timeout`` s is interrupted, as the docs
+    build does (docs/conf.py), so that its error says where it was."""
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", interrupt_on_timeout=True,
+                   resources={"metadata": {"path": cwd}}).execute()
     return nb
 
 
@@ -218,6 +222,32 @@ def test_kernel_shutdown_stops_a_pool_left_running(tmp_path, existing_pools):
     ])
     execute(nb, str(tmp_path), timeout=120)
     assert "[1] 1" in outputs_text(nb)
+    assert not wait_until_gone(10, existing_pools)
+
+
+@pytest.mark.timeout(120)
+def test_the_docs_build_interrupts_a_hung_cell_and_says_where_the_ranks_wait(tmp_path, existing_pools,
+                                                                           monkeypatch):
+    """A tutorial cell that hangs while the site is built is interrupted at the timeout, so the
+    build fails with mpinb's account of the hang (the wait-for cycle), not a bare timeout."""
+    import importlib.util
+
+    from jupyter_cache.executors import utils
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setattr(utils, "executenb", utils.executenb)  # (conf.py's wrapping, undone after)
+    spec = importlib.util.spec_from_file_location("docs_conf", os.path.join(ROOT, "docs", "conf.py"))
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # (it wraps the executor MyST-NB calls)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext mpinb"),
+        nbformat.v4.new_code_cell("%%mpi -n 2\ncomm.recv(source=1 - rank)"),
+    ])
+    began = time.monotonic()
+    result = utils.single_nb_execution(nb, cwd=str(tmp_path), timeout=15, allow_errors=False)
+    assert isinstance(result.err, CellExecutionError), result.exc_string
+    assert "0 -> 1 -> 0" in str(result.err), str(result.err)
+    assert time.monotonic() - began < 60
     assert not wait_until_gone(10, existing_pools)
 
 
