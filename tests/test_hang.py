@@ -372,12 +372,12 @@ def test_interrupts_reach_user_code_only(pool4):
     """SIGINT raises KeyboardInterrupt inside user code; one that arrives as a run ends (the
     pool releasing ranks that just finished) must not break mpinb's clean-up, which puts
     mpi4py's objects back after an untraced run."""
-    inside = pool4.run("import signal\nfrom mpinb.rank import _execute\n"
-                       "(signal.getsignal(signal.SIGINT) is _execute._interrupt, _execute._running_user_code)")
+    inside = pool4.run("import signal\nfrom mpinb.rank import _execute, _user_code\n"
+                       "(signal.getsignal(signal.SIGINT) is _execute._interrupt, _user_code.is_running())")
     assert set(inside.value.values()) == {(True, True)}
     # outside any cell: the handler neither raises nor says it is in user code
-    outside = pool4.call(eval, "(lambda e: (e._running_user_code, e._interrupt(2, None)))"
-                               "(__import__('mpinb.rank._execute', fromlist=['_interrupt']))")
+    outside = pool4.call(eval, "(__import__('mpinb.rank._user_code', fromlist=['is_running']).is_running(),"
+                               " __import__('mpinb.rank._execute', fromlist=['_interrupt'])._interrupt(2, None))")
     assert outside == (False, None)
     pool4.interrupt()  # idle ranks
     time.sleep(0.3)

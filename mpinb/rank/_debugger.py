@@ -30,7 +30,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from .._protocol import DEBUG_KEY, DEBUG_REPLY, DEBUG_REQUEST, DebugState, Frame
-from . import _waiting
+from . import _user_code, _waiting
 
 # Modules a step never stops in: mpinb's own calls (a traced send is one step) and the engine
 # that runs the cell (a step past a cell's last line ends the session).
@@ -105,14 +105,12 @@ def run_ended() -> None:
 
 
 def state() -> DebugState:
-    from . import _execute
-
     stop = _stop
     if stop is not None and stop.asking.is_set() and stop.where is not None:
         return {"mode": "stopped", "where": stop.where, "since": stop.since}
     if _waiting.current is not None:
         return {"mode": "waiting", "wait": _waiting.current}
-    if _execute._running_user_code:
+    if _user_code.is_running():
         return {"mode": "running"}
     return {"mode": "idle", "failure": _failure is not None}
 
@@ -303,13 +301,11 @@ def _detach() -> dict:
 def _open() -> dict:
     """Start a session on the last run's failure, or on the running main thread's frames."""
     global _inspector
-    from . import _execute
-
     _inspected.seek(0)
     _inspected.truncate()
     debugger = RankPdb(stdout=_inspected)
     debugger.reset()
-    if _failure is not None and not _execute._running_user_code:
+    if _failure is not None and not _user_code.is_running():
         debugger.setup(None, _failure)
         what = "post-mortem"
     else:
@@ -449,13 +445,11 @@ def _namespace() -> tuple[dict, Any]:
     """Where the notebook's expressions run: the stopped frame, else the user's namespace."""
     from IPython import get_ipython
 
-    from . import _execute
-
     stop = _stop
     if stop is not None and stop.asking.is_set() and stop.debugger is not None and stop.debugger.curframe:
         frame = stop.debugger.curframe
         return frame.f_globals, stop.debugger.curframe_locals
-    if _execute._running_user_code:
+    if _user_code.is_running():
         raise RuntimeError("this rank is running: inspect it while it is idle or stopped at a breakpoint")
     namespace = get_ipython().user_ns
     return namespace, namespace

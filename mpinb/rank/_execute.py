@@ -25,7 +25,7 @@ from types import FrameType
 from .. import _progress
 from .._protocol import Failure, Limits, Reply, failure, reply
 from .._values import pack
-from . import _debugger, _left, _output, _tracing, _waiting
+from . import _debugger, _left, _output, _tracing, _user_code, _waiting
 from ._calls import PACKAGE_DIR
 from ._output import capped_output
 from ._recorder import RECORDER
@@ -80,7 +80,6 @@ def _ends_quietly(source: str) -> bool:
     return bool(lines) and lines[-1].endswith(";")
 
 
-_running_user_code = False
 _redelivery: threading.Timer | None = None
 REDELIVER_AFTER = 0.002
 
@@ -95,7 +94,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     and delivered again a moment later; in mpinb's polled waits, which abandon their requests
     safely, it raises at once."""
     _waiting.interrupts += 1
-    if not _running_user_code:
+    if not _user_code.is_running():
         return
     code = frame.f_code if frame is not None else None
     if code is not None and code.co_filename.startswith(PACKAGE_DIR) and code not in _waiting.safe_points:
@@ -122,7 +121,6 @@ def install_interrupt_handler() -> None:
 
 
 def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
-    global _running_user_code
     record = reply()
     start = time.perf_counter()
     _progress.new_run()
@@ -132,13 +130,12 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"], limits.get("verify", False))
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
-            _running_user_code = True
             try:
-                value = body()
-                # the value's __repr__ and its pickling are user code too: interruptible
-                packed = pack(value) if value is not None else None
+                with _user_code.running():
+                    value = body()
+                    # the value's __repr__ and its pickling are user code too: interruptible
+                    packed = pack(value) if value is not None else None
             finally:
-                _running_user_code = False
                 _debugger.run_ended()
         except SystemExit as exc:
             if exc.code not in (None, 0):
