@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..pool import _channel
@@ -73,12 +74,12 @@ class RankDebugAdapter:
 
     def handle(self, request: dict) -> dict:
         command = request.get("command", "")
-        handler = getattr(self, f"_{command}", None)
+        handler = self.REQUESTS.get(command)
         response = {"type": "response", "request_seq": request.get("seq", 0), "command": command, "success": True}
         if handler is None:
             return response | {"success": False, "message": f"mpinb's debugger of the ranks has no {command!r}"}
         try:
-            response["body"] = handler(request.get("arguments") or {}) or {}
+            response["body"] = handler(self, request.get("arguments") or {}) or {}
         except Exception as err:  # noqa: BLE001 - the panel shows the message
             response.update(success=False, message=str(err))
         return response
@@ -252,6 +253,17 @@ class RankDebugAdapter:
     def _current(self) -> int:
         with self._lock:
             return self.announced[-1] if self.announced else 0
+
+    # The Debug Adapter Protocol's requests this adapter answers, by command
+    REQUESTS: dict[str, Callable[[RankDebugAdapter, dict], dict]] = {
+        "initialize": _initialize, "attach": _attach, "configurationDone": _configurationDone,
+        "disconnect": _disconnect, "debugInfo": _debugInfo, "dumpCell": _dumpCell,
+        "setBreakpoints": _setBreakpoints, "setExceptionBreakpoints": _setExceptionBreakpoints,
+        "threads": _threads, "stackTrace": _stackTrace, "scopes": _scopes, "variables": _variables,
+        "inspectVariables": _inspectVariables, "richInspectVariables": _richInspectVariables,
+        "evaluate": _evaluate, "source": _source, "modules": _modules, "pause": _pause,
+        "continue": _continue, "next": _next, "stepIn": _stepIn, "stepOut": _stepOut,
+    }
 
     def _ask(self, rank: int, op: str, **args: Any) -> dict:
         pool = session.current_pool()

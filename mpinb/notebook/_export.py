@@ -34,6 +34,7 @@ from typing import Any
 from IPython.core.inputtransformer2 import TransformerManager
 
 from .. import __version__
+from ._grammar import STATEMENT_AFTER_WORD, SUBCOMMANDS, cell_parser, run_parser, start_parser
 
 # What every rank of a pool starts with (see mpinb.rank._setup): the script's opening lines.
 PRELUDE = """\
@@ -229,7 +230,7 @@ class _Exporter:
                 self._leave(number, _first_line(source), "tagged raises-exception: it shows an error on purpose")
                 continue
             kind, body, options = self._kind(source)
-            getattr(self, f"_{kind}_cell")(number, body, options)
+            self.CELL_KINDS[kind](self, number, body, options)
         sizes = set(self.sizes.values())
         if len(sizes) > 1:
             which = "; ".join(f"cell {cell}: -n {n}" for cell, n in sorted(self.sizes.items()))
@@ -261,8 +262,6 @@ class _Exporter:
         return "notebook", source, ""
 
     def _ranks_cell(self, number: int, body: str, options: str) -> None:
-        from ._magics import cell_parser
-
         try:
             args = cell_parser().parse_args(shlex.split(options))
         except Exception as err:  # noqa: BLE001 - UsageError or a quoting error: said, the cell left out
@@ -332,6 +331,9 @@ class _Exporter:
         if code.rest and mine:
             mine.append(code.rest)
         self._flush(number, before, mine, after)
+
+    # What each kind of cell that _kind tells becomes
+    CELL_KINDS = {"ranks": _ranks_cell, "writefile": _writefile_cell, "magic": _magic_cell, "notebook": _notebook_cell}
 
     def _notebook_statement(self, number: int, node: ast.stmt, text: str, last: bool, before: list[str],
                             mine: list[str], after: list[str]) -> bool:
@@ -485,8 +487,6 @@ class _Exporter:
 
     def _mpi_line(self, number: int, target: str | None, line: str, before: list[str], mine: list[str],
                   after: list[str]) -> None:
-        from ._magics import STATEMENT_AFTER_WORD, SUBCOMMANDS
-
         word, _, rest = line.strip().partition(" ")
         if word not in SUBCOMMANDS or STATEMENT_AFTER_WORD.match(rest):  # a statement for the ranks
             code = self._code(line, number)
@@ -528,8 +528,6 @@ class _Exporter:
             done.clear()
 
     def _run_line(self, number: int, rest: str) -> None:
-        from ._magics import run_parser
-
         try:
             args = run_parser().parse_args(shlex.split(rest))
         except Exception as err:  # noqa: BLE001 - said, the line left out
@@ -548,8 +546,6 @@ class _Exporter:
         self.blocks.append(_Block(number, f"%mpi run {rest.strip()}", lines))
 
     def _start_line(self, number: int, word: str, rest: str) -> None:
-        from ._magics import start_parser
-
         argv = shlex.split(rest)
         if "--" in argv:
             argv = argv[:argv.index("--")]

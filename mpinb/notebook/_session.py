@@ -19,13 +19,12 @@ from ..pool._result import RunResult
 from ..trace import Finding, Trace
 from ..widgets import RankOutput, TraceView
 from ..widgets.progress import ProgressBars
+from ._grammar import OUTPUT_MODES, VIEW_MODES
 from ._prestart import Prestart, start_in_background
 
 if TYPE_CHECKING:
     from ._dap import RankDebugAdapter
 
-OUTPUT_MODES = ("tabs", "merged", "rank0")
-VIEW_MODES = ("compact", "full", "none")
 _pool: Pool | None = None
 _prestarted: Prestart | None = None  # started by %load_ext in the background, until a cell takes it
 _last_trace: Trace | None = None

@@ -1,4 +1,5 @@
-"""The notebook side (mpinb/notebook/_prestart.py): the pool size a notebook asks for, read before it runs."""
+"""The notebook side: the pool size a notebook asks for, read before it runs (_prestart.py); what each
+%mpi word and each debugger request calls (_magics.py, _dap.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,28 @@ def test_the_background_start_reads_the_size_the_notebooks_first_pool_cell_asks_
     assert planned_size(str(tmp_path / "broken.ipynb")) is None
     monkeypatch.setenv("MPINB_RANKS", "5")  # a default set on purpose (the MPI kernel's spec)
     assert planned_size(str(tmp_path / "missing.ipynb")) == 5
+
+
+def test_each_mpi_word_calls_its_handler_and_nothing_else_does():
+    """`%mpi WORD` dispatches through a table: every subcommand of the grammar (inspect, whose
+    expression is not split, is read apart) has a handler, and no other word reaches one."""
+    from mpinb.notebook._grammar import SUBCOMMANDS
+    from mpinb.notebook._magics import MPIMagics
+
+    assert set(MPIMagics.HANDLERS) == set(SUBCOMMANDS) - {"inspect"}
+    assert MPIMagics.HANDLERS["restart"] is MPIMagics.HANDLERS["start"]
+
+
+def test_the_debug_adapter_answers_the_protocols_requests_and_refuses_its_own_helpers():
+    """JupyterLab's debugger panel reaches only the requests in the adapter's table; a command
+    named like one of its helpers (``_ask``, ``_step``, ``_event``) is refused, not called."""
+    from mpinb.notebook._dap import RankDebugAdapter
+
+    adapter = RankDebugAdapter(kernel=None)
+    assert all(handler.__name__ == f"_{command}" for command, handler in RankDebugAdapter.REQUESTS.items())
+    reply = adapter.handle({"seq": 7, "command": "initialize", "arguments": {}})
+    assert reply["success"] and reply["request_seq"] == 7 and adapter.started
+    assert reply["body"]["supportsConfigurationDoneRequest"]
+    for helper in ("ask", "step", "event", "lock", "no such request"):
+        refused = adapter.handle({"seq": 8, "command": helper})
+        assert refused["success"] is False and repr(helper) in refused["message"], refused
