@@ -6,7 +6,9 @@ nonblocking forms would change the results (``BLOCKING_AFTER_AGREEMENT``)."""
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from time import perf_counter as _now
+from typing import Any
 
 from mpi4py import MPI
 
@@ -39,6 +41,18 @@ from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
 
+# What a private copy made at a collective's first call is enrolled in once every member has it:
+# the board of reductions entered ahead, which sits above this module (over the C tracer) and
+# hands its enrolment here as it is imported (_speculation).
+_enrol_new_copy: Callable[[Any, MPI.Intracomm], None] | None = None
+
+
+def enrol_new_copies_with(enrol: Callable[[Any, MPI.Intracomm], None]) -> None:
+    """Have ``enrol(comm, copy)`` called, with every member there, on each private copy that
+    :func:`_shadow` makes from now on."""
+    global _enrol_new_copy
+    _enrol_new_copy = enrol
+
 
 def _shadow(comm) -> MPI.Intracomm:
     """mpinb's private copy of ``comm``: its own traffic never touches the user's communicators.
@@ -57,10 +71,8 @@ def _shadow(comm) -> MPI.Intracomm:
             copy, request = PlainIntracomm.Idup(shadow)
             _poll_request(request, None, describer(comm, "Dup", "collective", None, -1, 0, call_site(3)))
             comm._mpinb_rehearsal = _revoked_copy(PlainIntracomm(copy))
-        if BLOCKING_AFTER_AGREEMENT:
-            from . import _speculation  # (it reaches the C tracer, which is built over this module)
-
-            _speculation.enroll(comm, shadow, polled=True)
+        if BLOCKING_AFTER_AGREEMENT and _enrol_new_copy is not None:
+            _enrol_new_copy(comm, shadow)
     return shadow
 
 

@@ -30,9 +30,11 @@ from mpi4py import MPI
 
 from .._events import REDUCTION_OPS
 from .._protocol import WaitState
-from . import _waiting
+from . import _native, _waiting
 from ._calls import PlainIntracomm, describer
 from ._collectives import BLOCKING_AFTER_AGREEMENT as _BLOCKING_REDUCTIONS
+from ._collectives import enrol_new_copies_with
+from ._windows import PlainWin
 
 _OPS = tuple(getattr(MPI, name) for name in REDUCTION_OPS)
 ENVIRONMENT = "MPINB_ENTER_AHEAD"  # "0": every traced reduction agrees first (for comparison)
@@ -47,9 +49,6 @@ def setup(housekeeping: MPI.Intracomm) -> None:
     """At start-up, on every rank (collective over ``housekeeping``, mpinb's copy of the world):
     the board, where every rank is on one host and each has the C tracer; otherwise none."""
     global _window, _board_group, _board_id
-    from . import _native
-    from ._windows import PlainWin
-
     size, rank = housekeeping.Get_size(), housekeeping.Get_rank()
     if not _BLOCKING_REDUCTIONS or size == 1:  # (MPICH's reductions are polled: nothing to enter)
         return
@@ -127,8 +126,6 @@ def counts() -> dict:
 
 
 def _tracer():
-    from . import _native
-
     return _native.tracer
 
 
@@ -153,7 +150,7 @@ def wait_arrivals(comm, name: str, file: str, line: int, slot: int, k: int) -> N
 def released(comm, name: str, file: str, line: int, seconds: float) -> BaseException:
     """The error of a member that was released from a call it entered ``seconds`` ago (see
     :func:`release_blocked`): an interrupted wait in that call, as the notebook describes one."""
-    _waiting.current = _waiting_inside(comm, name, file, line, seconds)
+    _waiting.broken_off(_waiting_inside(comm, name, file, line, seconds))
     return KeyboardInterrupt()
 
 
@@ -210,3 +207,9 @@ def _publish_long_waits() -> None:
             _waiting.publish(_waiting_inside(comm, name, file, line, seconds))
         except Exception:  # noqa: BLE001 - a description that fails must not end the thread
             continue
+
+
+# A copy made at a collective's first call is enrolled as every other is (polled: a member may be
+# missing), in a pool's rank and in a spawned program alike: set as this module is imported,
+# before any copy is made.
+enrol_new_copies_with(lambda twin, shadow: enroll(twin, shadow, polled=True))

@@ -154,6 +154,13 @@ def held() -> int:
     return len(still)
 
 
+def broken_off(state: WaitState) -> None:
+    """A wait that ended by an exception outside :func:`wait` (a member released from a
+    collective it entered ahead, see ``_speculation``): reported as an interrupted wait is."""
+    global current
+    current = state
+
+
 def interrupted_wait() -> WaitState | None:
     """The wait that an exception (interrupt, abort) just broke out of, if any."""
     return current
