@@ -98,8 +98,8 @@ def look_rows(ranks: int = 4, communicators: int = 20) -> list[tuple]:
     against the time of an empty traced run as a user sees it."""
     with mpinb.Pool(ranks) as pool:
         pool.run(f"kept = [comm.Split(rank % 2) for _ in range({communicators})]")
-        timing = ("import time\nfrom mpinb.rank import _left, _tracing\nbegan = time.perf_counter()\n"
-                  "for _ in range(2000):\n    _left.look(_tracing.traced_world())\n"
+        timing = ("import time\nfrom mpinb.rank import _left, _world\nbegan = time.perf_counter()\n"
+                  "for _ in range(2000):\n    _left.look(_world.traced_world())\n"
                   "(time.perf_counter() - began) / 2000 * 1e6")
         per_look = max(pool.run(timing).value.values())
         empty = []

@@ -134,7 +134,14 @@ def user_site() -> tuple[str, int]:
 WORLD_GROUP = MPI.COMM_WORLD.Get_group()
 # What this process's world ranks count from in a trace: 0 on the pool's ranks; a spawned
 # process's provisional lanes (see _spawn), which the trace numbers after the pool's ranks.
-lane_base = 0
+_lane_base = 0
+
+
+def count_lanes_from(base: int) -> None:
+    """Number this process's world ranks from ``base`` in what it records (a spawned process,
+    before any of mpinb's code counts world ranks)."""
+    global _lane_base
+    _lane_base = base
 
 
 def world_ranks(group: MPI.Group, owned: bool = True) -> list[int]:
@@ -142,8 +149,8 @@ def world_ranks(group: MPI.Group, owned: bool = True) -> list[int]:
     this: ``comm.Get_group()``) is freed, the user's own is not."""
     try:
         ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), WORLD_GROUP)
-        if lane_base:
-            return [rank + lane_base if rank >= 0 else rank for rank in ranks]
+        if _lane_base:
+            return [rank + _lane_base if rank >= 0 else rank for rank in ranks]
         return list(ranks)
     finally:
         if owned:

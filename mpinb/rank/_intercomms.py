@@ -36,9 +36,11 @@ from ._collectives import ROOTS_LOWER, ROOTS_UPPER, agree, epoch
 from ._recorder import RECORDER as _rec
 from ._requests import TracedRequest
 from ._spawn import disconnected, spawn
+from ._twins import intercomm_twin, twin_of
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 from ._waiting import wait_request as _poll_request
+from ._world import housekeeping, traced_world
 
 PlainIntercomm = MPI.Intercomm
 
@@ -63,18 +65,7 @@ def _create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, ta
     first, second = sorted((local, remote))
     groups = f"[{format_ranks(first)}|{format_ranks(second)}]"
     number = _made[groups] = _made.get(groups, -1) + 1
-    return traced_intercomm(new, f"inter{number}{groups}", local, remote, where, "Create_intercomm")
-
-
-def traced_intercomm(new, cid: str, local: list[int], remote: list[int], where, op: str, shadow=None):
-    """The traced twin of intercommunicator ``new`` (made with every member there; ``shadow``:
-    its private copy, if made already)."""
-    from ._traced import traced
-
-    twin = traced(new, cid, sorted(local + remote), shadow=shadow)
-    _rec.remote[cid] = remote
-    _left.made(twin, op, where)
-    return twin
+    return intercomm_twin(new, f"inter{number}{groups}", local, remote, where, "Create_intercomm")
 
 
 def _greet(peer_comm, remote_leader: int, tag: int, where: tuple[str, int]) -> None:
@@ -82,8 +73,6 @@ def _greet(peer_comm, remote_leader: int, tag: int, where: tuple[str, int]) -> N
     under a tag of this pair's k-th greeting (of this ``tag``) in this epoch: what an interrupted
     greeting leaves in flight matches no later one, and leaders that pass different tags never
     meet (as in MPI's own call, which hangs), so the diagnosis names them."""
-    from ._tracing import housekeeping, traced_world
-
     me = MPI.COMM_WORLD.Get_rank()
     them = world_ranks(peer_comm.Get_group())[remote_leader]
     key = (epoch(), min(me, them), max(me, them), tag)  # (an aborted greeting was counted on one side only)
@@ -114,11 +103,9 @@ def _merge(self, high: bool = False):
     if _rec.on:
         end = _now()
         _rec.add(("Merge", COLLECTIVE, self._mpinb_id, -1, -1, 0, 0, start, end, end, *where))
-    from ._traced import traced
-
     members = world_ranks(new.Get_group())
     number = _made[self._mpinb_id] = _made.get(self._mpinb_id, -1) + 1
-    twin = traced(new, f"{self._mpinb_id}.{number}@{members[0]}", members)
+    twin = twin_of(new, f"{self._mpinb_id}.{number}@{members[0]}", members)
     _left.made(twin, "Merge", where)
     return twin
 
@@ -148,7 +135,7 @@ def _dup(self, info=None):
         return new
     local = [rank for rank in _rec.comms[cid] if rank not in remote]
     number = _made[cid] = _made.get(cid, -1) + 1
-    return traced_intercomm(new, f"{cid}.{number}", local, remote, where, "Dup")
+    return intercomm_twin(new, f"{cid}.{number}", local, remote, where, "Dup")
 
 
 def _disconnect(self) -> None:

@@ -39,8 +39,9 @@ from .._events import COLLECTIVE, PER_SPAWN, PROVISIONAL
 from .._protocol import Recording
 from ._calls import PlainIntracomm, call_site, named, world_ranks
 from ._collectives import agree, epoch, pickled_collective
+from ._python_command import python_program
 from ._recorder import RECORDER as _rec
-from ._spawned import python_program
+from ._twins import intercomm_twin
 from ._waiting import abandon as _abandon
 from ._waiting import wait_request as _poll_request
 
@@ -118,15 +119,13 @@ def spawn(self, command, args=None, maxprocs: int = 1, info=MPI.INFO_NULL, root:
 def spawned_intercomm(new, cid: str, local: list[int], remote: list[int], where: tuple[str, int]):
     """The traced twin of a spawn's intercommunicator, on either side, with its private copy
     made in a polled ``Idup`` that the other side makes too."""
-    from ._intercomms import traced_intercomm
-
     copy, request = PlainIntercomm.Idup(new)
     try:
         _poll_request(request, None, (_waiting_for_children, (cid, local, where)))
     except BaseException:
         _abandon(request)
         raise
-    twin = traced_intercomm(new, cid, local, remote, where, "Spawn", shadow=copy)
+    twin = intercomm_twin(new, cid, local, remote, where, "Spawn", shadow=copy)
     twin._mpinb_made_in = epoch()
     return twin
 

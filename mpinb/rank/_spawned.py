@@ -19,33 +19,9 @@ import sys
 import types
 from typing import Any
 
-# Python's options that take a value in the next argument; the others are letters after one "-"
-_OPTIONS_WITH_VALUE = ("-W", "-X")
-_OPTION_LETTERS = set("bBdEIOPqsRSuv")
+from mpi4py import MPI
 
-
-def python_program(args: list[str]) -> tuple[list[str], list[str]] | None:
-    """``args`` of a Python command line split into Python's own options and the program with
-    its arguments (``script ...``, ``-m module ...``, ``-c code ...``); ``None`` for a command
-    line mpinb cannot start through its bootstrap (stdin, ``-i``, unknown options)."""
-    options: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in ("-m", "-c"):
-            return (options, args[i:]) if i + 1 < len(args) else None
-        if not arg.startswith("-"):
-            return options, args[i:]
-        if arg in _OPTIONS_WITH_VALUE:
-            options += args[i:i + 2]
-            i += 2
-            continue
-        if arg.startswith(_OPTIONS_WITH_VALUE) or (len(arg) > 1 and set(arg[1:]) <= _OPTION_LETTERS):
-            options.append(arg)
-            i += 1
-            continue
-        return None
-    return None
+from . import _calls, _intercomms, _spawn, _tracing
 
 
 class _GetParent:
@@ -59,11 +35,7 @@ class _GetParent:
 
 
 def _stand_in_comm(twin: Any) -> type:
-    from mpi4py import MPI
-
-    from ._calls import StandIn
-
-    return StandIn("Comm", (MPI.Comm,), {
+    return _calls.StandIn("Comm", (MPI.Comm,), {
         "_mpinb_stands_in": True, "_mpinb_plain": MPI.Comm, "Get_parent": _GetParent(twin),
         "__module__": "mpi4py.MPI", "__doc__": MPI.Comm.__doc__,
     })
@@ -71,13 +43,7 @@ def _stand_in_comm(twin: Any) -> type:
 
 def start(spec: dict) -> None:
     """Trace this process (collective with its parents: they wait for the private copy)."""
-    from mpi4py import MPI
-
-    from . import _calls
-
-    _calls.lane_base = spec["base"]  # before any of mpinb's code counts world ranks
-    from . import _intercomms, _spawn, _tracing
-
+    _calls.count_lanes_from(spec["base"])  # before any of mpinb's code counts world ranks
     parent = _tracing.install_spawned(spec)
     rank = MPI.COMM_WORLD.Get_rank()
 

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
-from . import _left, _native, _speculation
+from . import _left, _native, _speculation, _twins
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
 from ._intercomms import INTERCOMM_METHODS, INTRACOMM_METHODS, PlainIntercomm
@@ -278,3 +278,4 @@ _PLAIN_CLASSES, _TWINS = tuple(_TWIN_OF_CLASS), tuple(_TWIN_OF_CLASS.values())
 TWIN_CLASSES = _TWINS
 Intracomm, Cartcomm, Graphcomm, Distgraphcomm = TracedIntracomm, TracedCartcomm, TracedGraphcomm, TracedDistgraphcomm
 Intercomm = TracedIntercomm
+_twins.made_by(traced)  # (the calls that make intercommunicators ask _twins for their twins)

@@ -19,52 +19,37 @@ from ._recorder import RECORDER, align_clock, polite_barrier
 from ._requests import TracedRequest
 from ._traced import PYTHON_OF_C, TWIN_CLASSES, traced
 from ._windows import PlainWin, TracedWin
+from ._world import housekeeping, set_housekeeping, set_traced_world, traced_world
 
 _plain_world = MPI.COMM_WORLD
-_traced_world: Any = None  # the world's twin (it carries mpinb's attributes)
-_housekeeping: MPI.Intracomm | None = None  # mpinb's own copy of the world, never touched by user code
 
 
 def install(namespace: dict) -> None:
     """Make ``MPI.COMM_WORLD``, the namespace's ``comm``, ``MPI.Request``, ``MPI.Prequest``,
     ``MPI.Message``, ``MPI.File`` and ``MPI.Win`` the traced ones."""
-    global _traced_world, _housekeeping
     world = _plain_world
     # Ranks reach this point at different times while they start on shared cores; waiting in a
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
-    _housekeeping = world.Dup()  # mpinb's own traffic never uses the user's communicators
-    _speculation.setup(_housekeeping)  # before any twin takes a slot on it
-    _traced_world = traced(world, "world", list(range(world.Get_size())), constant=True)
-    align_clock(_housekeeping)
+    set_housekeeping(world.Dup())  # mpinb's own traffic never uses the user's communicators
+    _speculation.setup(housekeeping())  # before any twin takes a slot on it
+    set_traced_world(traced(world, "world", list(range(world.Get_size())), constant=True))
+    align_clock(housekeeping())
     _use(namespace, traced_calls=True)
 
 
 def install_spawned(spec: dict) -> Any:
     """Trace a process spawned from a traced run (see ``_spawned``), from now until it leaves its
     recording; the traced twin of its parent intercommunicator."""
-    global _traced_world, _housekeeping
     world = _plain_world
     polite_barrier(world)
     lanes = [spec["base"] + rank for rank in range(world.Get_size())]
-    _traced_world = traced(world, f"{spec['cid']}.world", lanes, constant=True)
-    _housekeeping = world.Dup()
+    set_traced_world(traced(world, f"{spec['cid']}.world", lanes, constant=True))
+    set_housekeeping(world.Dup())
     RECORDER.clock_offset = spec["offset"]  # a child shares its root's clock (on the root's host)
     _use({}, traced_calls=True)
     RECORDER.start(spec["capacity"])
     return _spawn.spawned_intercomm(MPI.Comm.Get_parent(), spec["cid"], lanes, spec["parents"], ("", 0))
-
-
-def traced_world() -> Any:
-    """The world's twin (``MPI.COMM_WORLD`` while a traced run runs)."""
-    return _traced_world
-
-
-def housekeeping() -> MPI.Intracomm:
-    """mpinb's own copy of the world (for its traffic between cells, such as spreading data)."""
-    if _housekeeping is None:
-        raise RuntimeError("this rank has not been set up by the pool (mpinb.rank.init)")
-    return _housekeeping
 
 
 # Collectives that mpinb started and completed on its own copy of the world. Every rank starts
@@ -103,7 +88,7 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     are out of step (another generation, or one of mpinb's own collectives broken off), so that
     no call can pair with a call of another reset.
     """
-    global _plain_world, _traced_world, generation
+    global _plain_world, generation
     if new_generation != generation + 1:
         return f"this rank is at world {generation}, not {new_generation - 1}"
     if own_calls["started"] != own_calls["completed"]:
@@ -115,21 +100,22 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     if not complete_own(request, timeout):
         return f"the other ranks did not take part within {timeout:g} s"
     set_epoch(new_generation)
-    old_plain, old_traced = _plain_world, _traced_world
+    old_plain, old_traced = _plain_world, traced_world()
     # The old world's private copy carries on: every message on it is tagged by generation.
     shadow, old_traced._mpinb_shadow = old_traced._mpinb_shadow, None
     _plain_world = copy
-    _traced_world = traced(copy, "world", list(range(copy.Get_size())), constant=True, shadow=shadow)
+    new_traced = traced(copy, "world", list(range(copy.Get_size())), constant=True, shadow=shadow)
+    set_traced_world(new_traced)
     if (rehearsal := old_traced.__dict__.pop("_mpinb_rehearsal", None)) is not None:
-        _traced_world._mpinb_rehearsal = rehearsal  # a copy of that shadow (see _collectives.rehearse)
-    _speculation.carry(old_traced, _traced_world)
+        new_traced._mpinb_rehearsal = rehearsal  # a copy of that shadow (see _collectives.rehearse)
+    _speculation.carry(old_traced, new_traced)
     _speculation.reset()
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
-            namespace[name] = _traced_world if value is old_traced else _plain_world
+            namespace[name] = new_traced if value is old_traced else _plain_world
     # mpi4py's stubs declare its constants final; mpinb replaces them on purpose, for user code
     if MPI.COMM_WORLD is old_traced:
-        MPI.COMM_WORLD = _traced_world  # type: ignore[misc]
+        MPI.COMM_WORLD = new_traced  # type: ignore[misc]
     elif MPI.COMM_WORLD is old_plain:
         MPI.COMM_WORLD = _plain_world  # type: ignore[misc]
     generation = new_generation
@@ -137,7 +123,7 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
 
 
 def _use(namespace: dict, traced_calls: bool) -> None:
-    old, new = (_plain_world, _traced_world) if traced_calls else (_traced_world, _plain_world)
+    old, new = (_plain_world, traced_world()) if traced_calls else (traced_world(), _plain_world)
     MPI.COMM_WORLD = new  # type: ignore[misc]  # on purpose: user code finds the twin there
     _spawn.trace_spawns(traced_calls)
     MPI.Request = TracedRequest if traced_calls else PlainRequest  # type: ignore[misc]
@@ -159,7 +145,7 @@ def recording(namespace: dict, enabled: bool, capacity: int | None = None,
     With ``verify``, the recording also carries the notes of :mod:`._verify` (``"checks"``).
     """
     box: dict = {"trace": None}
-    if _traced_world is None:
+    if traced_world() is None:
         yield box
         return
     if not enabled:
