@@ -252,6 +252,117 @@ def test_every_method_mpinb_replaces_is_checked_above():
     assert patched and not unchecked, f"mpinb replaces {unchecked}: add them to _hooks() with the parameters it expects"
 
 
+# Every private name of another library that mpinb reads, writes, calls or overrides, by what it
+# belongs to: a release that renames one fails here, by name, rather than in a rank. (mpi4py's are
+# read from its type stubs: importing mpi4py.MPI would initialize MPI in the test process.)
+_THEIR_PRIVATES = {
+    "mpi4py.MPI": {"_addressof", "_handleof", "_sizeof", "_typedict", "_comm_lock"},
+    "ipyparallel.Client": {"_build_targets", "_control_stream", "_send", "_notification_handlers"},
+    "ipyparallel.AsyncResult": {"_metadata"},
+    "ipykernel.ipkernel.IPythonKernel": {"_publish_debug_event"},
+    "ipyparallel.engine.app.IPEngine": {"_signal_stop"},
+    "ipykernel.iostream.OutStream": {"_watch_pipe_fd", "_fid", "_should_watch", "_original_stdstream_copy", "_exc"},
+    "pdb.Pdb": {"_cmdloop"},
+    "runpy": {"_run_module_as_main"},
+    "sys": {"_getframe", "_current_frames"},
+    "os": {"_exit"},
+}
+
+
+def _resolve(dotted: str) -> object:
+    """The module, or the class inside one, that ``dotted`` names."""
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError:
+        return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("owner", sorted(_THEIR_PRIVATES))
+def test_each_private_name_mpinb_relies_on_is_still_there(owner):
+    names = _THEIR_PRIVATES[owner]
+    if owner == "mpi4py.MPI":
+        import mpi4py
+
+        stub = (Path(mpi4py.__file__).parent / "MPI.pyi").read_text()
+        missing = sorted(name for name in names if not re.search(rf"\b{name}\b", stub))
+    else:
+        found = _resolve(owner)
+        missing = sorted(name for name in names
+                         if not (hasattr(found, name) or (isinstance(found, type) and _has_attribute(found, name))))
+    assert not missing, f"{owner} no longer has {missing}, which mpinb relies on"
+
+
+def _our_attribute_names() -> set[str]:
+    """What mpinb's own classes define: their methods and class attributes, and what their
+    methods set on ``self`` or ``cls``."""
+    ours: set[str] = set()
+    for path in _modules():
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in cls.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    ours.add(node.name)
+                elif isinstance(node, ast.Assign):
+                    ours |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    ours.add(node.target.id)
+            ours |= {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
+                     and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name)
+                     and node.value.id in ("self", "cls")}
+    return ours
+
+
+def _is_private(name: str) -> bool:
+    """``_name``: not a dunder, not a protocol's sunder (``_repr_mimebundle_``), not mpinb's mark."""
+    return name.startswith("_") and not name.endswith("_") and not name.startswith("_mpinb")
+
+
+def test_every_private_name_of_another_library_that_mpinb_uses_is_fenced():
+    """An attribute ``x._name`` read, written or called on anything but ``self``, ``cls`` or one of
+    mpinb's modules, whose name no class of mpinb defines, is another library's private name; a
+    method of a class of mpinb that overrides a private one of its base (``RankPdb._cmdloop``) is
+    too. Each must be in _THEIR_PRIVATES, which the test above checks against the library."""
+    fenced = set().union(*_THEIR_PRIVATES.values())
+    ours = _our_attribute_names()
+    unfenced: set[tuple[str, str]] = set()  # (where, name)
+    overrides: set[tuple[str, str]] = set()
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        modules_of_mpinb = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                            and (node.level or (node.module or "").startswith("mpinb")) for alias in node.names}
+        external: dict[str, str] = {}  # a name this module imported from another library -> its dotted name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                external |= {(alias.asname or alias.name): alias.name for alias in node.names
+                             if not alias.name.startswith(("mpinb", "mpi4py"))}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                    and not node.module.startswith(("mpinb", "mpi4py")):
+                external |= {(alias.asname or alias.name): f"{node.module}.{alias.name}" for alias in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in ours:
+                receiver = node.value
+                if not (isinstance(receiver, ast.Name) and (receiver.id in ("self", "cls")
+                                                              or receiver.id in modules_of_mpinb)):
+                    unfenced.add((f"{_dotted(path)}:{node.lineno}: {ast.unparse(node)}", node.attr))
+            if isinstance(node, ast.ClassDef):
+                bases = [_resolve(external[first] + dot + rest) for first, dot, rest
+                         in (ast.unparse(base).partition(".") for base in node.bases) if first in external]
+                for member in node.body:
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(member.name) \
+                            and any(hasattr(base, member.name) for base in bases):
+                        overrides.add((f"{_dotted(path)}.{node.name}.{member.name}", member.name))
+    outside = sorted(where for where, name in unfenced if name not in fenced)
+    assert not outside, f"another library's private names, not in _THEIR_PRIVATES: {outside}"
+    assert ("mpinb.rank._debugger.RankPdb._cmdloop", "_cmdloop") in overrides, "the override finder found none"
+    unfenced_overrides = sorted(where for where, name in overrides if name not in fenced)
+    assert not unfenced_overrides, f"overrides of another library's private methods, not in _THEIR_PRIVATES: " \
+                                   f"{unfenced_overrides}"
+
+
 def test_the_dependencies_a_new_major_version_could_break_are_bounded():
     """mpinb patches ipyparallel's and ipykernel's internals: a new major version must be tried
     (and this file's checks pass) before users get it."""
