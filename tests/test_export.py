@@ -14,7 +14,8 @@ import nbformat
 import pytest
 from _processes import wait_until_gone
 
-from mpinb.notebook._export import ExportError, export_cells, write
+from mpinb.notebook._export import ExportError, export_cells
+from mpinb.notebook._export_files import write
 from mpinb.pool._launch import plain_mpiexec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -161,7 +161,8 @@ def _run(args) -> int:
 
 
 def _export(args) -> int:
-    from ..notebook._export import export_notebook, report, write
+    from ..notebook._export import export_notebook
+    from ..notebook._export_files import report, write
 
     output = args.output or os.path.splitext(args.notebook)[0] + ".py"
     if not output.endswith(".py"):
@@ -176,7 +177,7 @@ def _export(args) -> int:
 
 
 def _submit(args) -> int:
-    from ..notebook._export import submit
+    from ..pool._slurm import submit
 
     try:
         job_id, output = submit(args.job)

@@ -1,4 +1,4 @@
-"""A notebook's MPI program as one plain mpi4py script: ``mpinb export`` and ``%mpi export``.
+"""A notebook's MPI program translated into one plain mpi4py script (``mpinb export``, ``%mpi export``).
 
 The cells become one program that gives, under ``mpiexec -n N``, what they gave in the pool:
 
@@ -17,6 +17,7 @@ The cells become one program that gives, under ``mpiexec -n N``, what they gave 
 What has no meaning outside a notebook (the trace and debugging views, grading, widgets, other
 IPython magics, cells tagged ``raises-exception``) is left out, each with the reason, in the
 script's header and in :attr:`Exported.left_out`; so are the statements that use what it made.
+Writing the files (and the batch job) is ``_export_files``'s.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import ast
 import os
 import re
 import shlex
-import sys
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -896,123 +896,3 @@ def _imports_matplotlib(tree: ast.Module) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "matplotlib":
             return True
     return False
-
-
-# -- the batch job ------------------------------------------------------------------------------------
-
-def batch_script(exported: Exported, script: str, ranks: int | None = None, time: str | None = None,
-                 partition: str | None = None, account: str | None = None) -> str:
-    """A Slurm batch script that runs ``script`` (the exported program, an absolute path) as the
-    notebook's pool ran it: as many tasks, in the Python environment the notebook ran in, started
-    by ``srun`` when the pool was a Slurm job (or inside one), else by this environment's
-    ``mpiexec``, which takes the job's nodes from Slurm. Its output goes beside the script."""
-    import sys
-
-    from ..pool._launch import find_mpiexec, launch_environment, srun_arguments
-
-    n = ranks or exported.ranks
-    if n is None:
-        raise ExportError("the notebook never says how many ranks it ran on (no %%mpi -n N, no %mpi start -n N): "
-                          "give them, as in --ranks 4")
-    folder, name = os.path.split(script)
-    stem = os.path.splitext(name)[0]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={stem}", f"#SBATCH --ntasks={n}",
-             f"#SBATCH --time={time or exported.launch.get('time') or '0:30:00'}",
-             f"#SBATCH --output={os.path.join(folder, stem)}-%j.out"]
-    for option, value in (("partition", partition or exported.launch.get("partition")),
-                          ("account", account or exported.launch.get("account"))):
-        if value:
-            lines.append(f"#SBATCH --{option}={value}")
-    lines += ["", f"# {name}: exported by mpinb from {exported.name}, run in the Python environment the notebook "
-                  f"ran in ({sys.prefix}).",
-              f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH"]
-    for key, value in launch_environment(0).items():  # what this machine's MPI needs to run at all
-        lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(f"cd {shlex.quote(folder)}")
-    program = [sys.executable, script]
-    if exported.launch.get("launcher") in ("slurm", "srun"):
-        lines.append(shlex.join(["srun", *srun_arguments(), *program]))
-    else:
-        lines.append(shlex.join([exported.launch.get("mpiexec") or find_mpiexec(), "-n", str(n), *program]))
-    return "\n".join(lines) + "\n"
-
-
-_SIGNATURE = "# written by mpinb export; sha256 of the lines above: "
-
-
-def _signed(text: str) -> str:
-    import hashlib
-
-    return f"{text}{_SIGNATURE}{hashlib.sha256(text.encode()).hexdigest()}\n"
-
-
-def _ours_unchanged(path: str) -> bool:
-    """Whether the file at ``path`` is an export that nobody edited since (re-exporting replaces
-    it); anything else there is somebody's work, which an export never overwrites unasked."""
-    import hashlib
-
-    try:
-        with open(path) as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError):
-        return False
-    body, found, digest = text.rpartition(_SIGNATURE)
-    return bool(found) and digest.strip() == hashlib.sha256(body.encode()).hexdigest()
-
-
-def write(exported: Exported, path: str, slurm: dict[str, Any] | None = None, force: bool = False) -> list[str]:
-    """Write the script (and its data files, and with ``slurm`` its batch script) at ``path``;
-    the files written. A file there that is not an unedited export is kept (``FileExistsError``)
-    unless ``force``."""
-    import numpy as np
-
-    path = os.path.abspath(path)
-    job = os.path.splitext(path)[0] + ".sbatch"
-    for target in [path, *([job] if slurm is not None else [])]:
-        if os.path.exists(target) and not force and not _ours_unchanged(target):
-            raise FileExistsError(f"{target} exists and is not an export nobody edited since: it is kept. "
-                                  "Name another file (-o), or replace it (--force)")
-    written = [path]
-    with open(path, "w") as handle:
-        handle.write(_signed(exported.script))
-    for name, value in exported.data.items():
-        target = os.path.join(os.path.dirname(path), name)
-        np.save(target, value, allow_pickle=False)
-        written.append(target)
-    if slurm is not None:
-        with open(job, "w") as handle:
-            handle.write(_signed(batch_script(exported, path, **slurm)))
-        written.append(job)
-    return written
-
-
-def report(exported: Exported, written: list[str]) -> str:
-    """What ``mpinb export`` (and ``%mpi export``) say: the files, what was left out, how to run."""
-    script = written[0]
-    lines = [f"mpinb export: {exported.name} -> {', '.join(written)}"]
-    if exported.left_out:
-        lines.append(f"left out, as comments where they were ({len(exported.left_out)}):")
-        lines += [f"  {item}" for item in exported.left_out]
-    ranks = exported.ranks or "N"
-    lines.append(f"run it: mpiexec -n {ranks} {sys.executable} {script}")
-    if any(path.endswith(".sbatch") for path in written):
-        lines.append(f"or as a Slurm job: mpinb submit {os.path.splitext(script)[0]}.sbatch")
-    return "\n".join(lines)
-
-
-def submit(job: str) -> tuple[str, str]:
-    """Submit a batch script with ``sbatch``: the job's id and the file its output goes to."""
-    import shutil
-    import subprocess
-
-    if not os.path.isfile(job):
-        raise FileNotFoundError(f"no batch script at {job}: `mpinb export NOTEBOOK --slurm` writes one")
-    if shutil.which("sbatch") is None:
-        raise FileNotFoundError("sbatch is not on PATH: submit from a machine of the Slurm cluster (its login node)")
-    done = subprocess.run(["sbatch", "--parsable", job], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        raise RuntimeError(f"sbatch refused {job}: {(done.stderr or done.stdout).strip()}")
-    job_id = done.stdout.strip().split(";")[0]
-    output = next((line.split("=", 1)[1] for line in open(job) if line.startswith("#SBATCH --output=")),
-                  os.path.join(os.path.dirname(os.path.abspath(job)), f"slurm-{job_id}.out"))
-    return job_id, output.replace("%j", job_id)

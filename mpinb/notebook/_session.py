@@ -381,7 +381,8 @@ def export_open_notebook(output: str | None = None, slurm: dict | None = None, f
     Arrays the notebook pushed are saved beside the script with their current values."""
     from IPython import get_ipython
 
-    from ._export import export_cells, export_notebook, report, write
+    from ._export import export_cells, export_notebook
+    from ._export_files import report, write
 
     shell = get_ipython()
     values = dict(shell.user_ns) if shell is not None else {}

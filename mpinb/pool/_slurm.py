@@ -1,16 +1,22 @@
-"""The Slurm jobs of a pool started with ipyparallel's Slurm launcher: whether one failed before
-its ranks came up (ipyparallel would wait out its whole timeout), and waiting until cancelled
-jobs have left the queue."""
+"""Everything mpinb knows of Slurm: how ranks start in an allocation (srun's arguments) or as a
+job (the batch script ipyparallel's launcher submits), whether such a job failed before its ranks
+came up (ipyparallel would wait out its whole timeout), waiting until cancelled jobs have left the
+queue, and the batch job of an exported notebook with its submission."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
+import sys
 import time
+from collections.abc import Mapping
 
 from .._ranges import parse_ranks
-from ._launch import slurm_output
+from ..errors import PoolStartError
+from ._launch import find_mpiexec, launch_environment, mpi_family
 
 _ANY_SIZE = 1 << 30  # srun's task lists ("0,2-3") are read as targets are, in a world this large
 
@@ -105,3 +111,105 @@ def _state(job: str) -> str | None:
     if queued.returncode != 0:
         return "" if "Invalid job id" in queued.stderr else None
     return queued.stdout.strip()
+
+
+# -- starting ranks under Slurm -------------------------------------------------------------------
+
+def allocation_srun() -> str:
+    """srun, for ranks started inside the current Slurm allocation."""
+    if "SLURM_JOB_ID" not in os.environ:
+        raise PoolStartError(
+            "launcher 'srun' starts the ranks inside the current Slurm allocation, but this process "
+            "is not in one (no $SLURM_JOB_ID). Run the notebook inside salloc or sbatch, or use "
+            "launcher 'slurm' to submit a job for the ranks."
+        )
+    found = shutil.which("srun")
+    if not found:
+        raise PoolStartError("launcher 'srun': srun is not on PATH inside this allocation")
+    return found
+
+
+def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, str]:
+    """Our Slurm batch script (unless the user gave one): it keeps its script and output in the
+    profile's log folder, not the notebook's, and carries the batch options itself (ipyparallel
+    adds them only to its own template)."""
+    if "batch_template" in options or "batch_template_file" in options:
+        return {}
+    lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=mpinb-{cluster_id}", "#SBATCH --ntasks={n}",
+             f"#SBATCH --output={slurm_output(log_dir, cluster_id, '%j')}"]
+    for key, flag in (("queue", "--partition"), ("timelimit", "--time"), ("account", "--account")):
+        if options.get(key):
+            lines.append(f"#SBATCH {flag}={options[key]}")
+    # As mpiexec does, end the whole step when one task fails (srun would let the others run on).
+    lines.append(" ".join(["srun", *srun_arguments(), "{program_and_args}"]))
+    return {"batch_template": "\n".join(lines) + "\n",
+            "batch_file_name": os.path.join(log_dir, f"slurm-{cluster_id}.sbatch")}
+
+
+def srun_arguments() -> list[str]:
+    """srun's arguments for the ranks: end every task when one fails, as mpiexec does (srun's
+    default lets the others run on), and offer the process-management interface that this
+    environment's MPI speaks (Open MPI: PMIx; MPICH: PMI-2) unless ``$SLURM_MPI_TYPE`` says."""
+    args = ["--kill-on-bad-exit=1"]
+    if not os.environ.get("SLURM_MPI_TYPE"):
+        try:
+            interface = SLURM_MPI_TYPES.get(mpi_family(find_mpiexec()) or "")
+        except PoolStartError:  # no mpiexec here: the cluster's default interface it is
+            interface = None
+        if interface:
+            args.append(f"--mpi={interface}")
+    return args
+
+
+SLURM_MPI_TYPES = {"Open MPI": "pmix", "MPICH": "pmi2"}
+
+
+def slurm_output(log_dir: str, cluster_id: str, job: str) -> str:
+    return os.path.join(log_dir, f"slurm-{cluster_id}-{job}.out")
+
+
+# -- an exported notebook's batch job -------------------------------------------------------------
+
+def batch_script(script: str, ranks: int, origin: str, launch: Mapping[str, str | None], time: str | None = None,
+                 partition: str | None = None, account: str | None = None) -> str:
+    """A Slurm batch script that runs ``script`` (an exported program, an absolute path, exported
+    from ``origin``) on ``ranks`` tasks as the notebook's pool ran it (``launch``: how the pool
+    was started): in the Python environment the notebook ran in, started by ``srun`` when the pool
+    was a Slurm job (or inside one), else by this environment's ``mpiexec``, which takes the job's
+    nodes from Slurm. Its output goes beside the script."""
+    folder, name = os.path.split(script)
+    stem = os.path.splitext(name)[0]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={stem}", f"#SBATCH --ntasks={ranks}",
+             f"#SBATCH --time={time or launch.get('time') or '0:30:00'}",
+             f"#SBATCH --output={os.path.join(folder, stem)}-%j.out"]
+    for option, value in (("partition", partition or launch.get("partition")),
+                          ("account", account or launch.get("account"))):
+        if value:
+            lines.append(f"#SBATCH --{option}={value}")
+    lines += ["", f"# {name}: exported by mpinb from {origin}, run in the Python environment the notebook "
+                  f"ran in ({sys.prefix}).",
+              f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH"]
+    for key, value in launch_environment(0).items():  # what this machine's MPI needs to run at all
+        lines.append(f"export {key}={shlex.quote(value)}")
+    lines.append(f"cd {shlex.quote(folder)}")
+    program = [sys.executable, script]
+    if launch.get("launcher") in ("slurm", "srun"):
+        lines.append(shlex.join(["srun", *srun_arguments(), *program]))
+    else:
+        lines.append(shlex.join([launch.get("mpiexec") or find_mpiexec(), "-n", str(ranks), *program]))
+    return "\n".join(lines) + "\n"
+
+
+def submit(job: str) -> tuple[str, str]:
+    """Submit a batch script with ``sbatch``: the job's id and the file its output goes to."""
+    if not os.path.isfile(job):
+        raise FileNotFoundError(f"no batch script at {job}: `mpinb export NOTEBOOK --slurm` writes one")
+    if shutil.which("sbatch") is None:
+        raise FileNotFoundError("sbatch is not on PATH: submit from a machine of the Slurm cluster (its login node)")
+    done = subprocess.run(["sbatch", "--parsable", job], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch refused {job}: {(done.stderr or done.stdout).strip()}")
+    job_id = done.stdout.strip().split(";")[0]
+    output = next((line.split("=", 1)[1] for line in open(job) if line.startswith("#SBATCH --output=")),
+                  os.path.join(os.path.dirname(os.path.abspath(job)), f"slurm-{job_id}.out"))
+    return job_id, output.replace("%j", job_id)

@@ -40,9 +40,7 @@ from . import _slurm
 from ._deathwatch import DeathWatch
 from ._launch import (
     ALLOCATION_LAUNCHER,
-    SLURM_MPI_TYPES,
     LaunchSettings,
-    allocation_srun,
     check_memory,
     controller_location,
     find_mpiexec,
@@ -50,8 +48,6 @@ from ._launch import (
     mpi_family_in,
     placement_arguments,
     rank_environment,
-    slurm_job_files,
-    srun_arguments,
     this_host_names,
 )
 from ._pending import Route
@@ -208,11 +204,11 @@ class Supervisor:
         self.stacks_folder = _private_folder(os.path.join(cluster.profile_dir, "stacks", cluster.cluster_id))
         environment[STACKS_ENVIRONMENT] = self.stacks_folder
         mpiexec = (find_mpiexec(settings.mpiexec) if settings.local
-                   else allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
+                   else _slurm.allocation_srun() if settings.launcher == ALLOCATION_LAUNCHER else None)
         if mpiexec:
             reaper = [sys.executable, "-I", "-S", os.path.join(_HERE, "_reaper.py")] if sys.platform == "linux" else []
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [*reaper, mpiexec]
-            srun = srun_arguments() if settings.launcher == ALLOCATION_LAUNCHER else []
+            srun = _slurm.srun_arguments() if settings.launcher == ALLOCATION_LAUNCHER else []
             # Ranks on other hosts get the controller's address and our settings through the
             # environment, which Open MPI's mpiexec passes there only when told.
             # (and a rank of a pool taken for local must learn where it should be, even elsewhere)
@@ -230,7 +226,7 @@ class Supervisor:
         launcher_config.engine_cmd = [sys.executable, os.path.join(os.path.dirname(_HERE), "rank", "_engine_main.py")]
         if launcher_class == "slurm":
             log_dir = os.path.join(cluster.profile_dir, "log")
-            for key, value in slurm_job_files(log_dir, cluster.cluster_id, settings.launcher_options).items():
+            for key, value in _slurm.slurm_job_files(log_dir, cluster.cluster_id, settings.launcher_options).items():
                 launcher_config[key] = value
         for key, value in settings.launcher_options.items():
             launcher_config[key] = value
@@ -286,7 +282,7 @@ class Supervisor:
                 why = info["failure"] or "see its log below."
                 raise PoolStartError(f"rank {info['rank']} did not initialise: {why}")
             if info["size"] != n:
-                interface = SLURM_MPI_TYPES.get(mpi_family_in(info["mpi"]) or "", "pmi2")
+                interface = _slurm.SLURM_MPI_TYPES.get(mpi_family_in(info["mpi"]) or "", "pmi2")
                 raise PoolStartError(
                     f"the ranks are not one MPI world: engine {engine_id} has a world of size "
                     f"{info['size']}, expected {n}. The launcher started separate processes instead of "
