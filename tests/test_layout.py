@@ -167,6 +167,14 @@ def test_the_package_imports_without_a_cycle():
     assert not cycles, f"import cycles (move what both sides need into a module of its own): {cycles}"
 
 
+def test_the_notebooks_session_is_an_object_not_module_globals():
+    """What the magics share (the pool, the traces, the MPI kernel's debugger panel) is one
+    ``Session``; no module of the notebook side rebinds a global of its own."""
+    rebinding = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in (PACKAGE / "notebook").glob("*.py")
+                 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Global)]
+    assert not rebinding, f"global statements on the notebook side: {rebinding}"
+
+
 def test_the_trace_modules_share_their_helpers_through_a_leaf():
     """``Trace`` and its views (waits, critical path, SVG, Chrome trace) share their array helpers
     through the leaf ``_arrays``."""

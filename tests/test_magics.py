@@ -359,8 +359,8 @@ def test_load_ext_starts_the_size_the_notebook_asks_for_in_the_background(ip, no
     began = time.monotonic()
     session.prestart()  # what %load_ext mpinb does (the shell has loaded the extension already)
     assert time.monotonic() - began < 1.0, "the start goes on in the background"
-    assert session.current_pool() is None and session._prestarted is not None
-    session._prestarted.take()  # the user reads the notebook meanwhile
+    assert session.current_pool() is None and session.SESSION.prestarted is not None
+    session.SESSION.prestarted.take()  # the user reads the notebook meanwhile
     began = time.monotonic()
     ip.run_cell_magic("mpi", "", "x = rank")
     assert time.monotonic() - began < 2.0, "the first cell finds its pool ready"
@@ -373,14 +373,14 @@ def test_a_cell_of_another_size_stops_the_background_pool_and_starts_its_own(ip,
                                                                              monkeypatch, capsys):
     monkeypatch.setenv("JPY_SESSION_NAME", _saved_notebook(tmp_path, "%%mpi -n 3\npass"))
     session.prestart()
-    background = session._prestarted.pool
+    background = session.SESSION.prestarted.pool
     ip.run_cell_magic("mpi", "-n 2", "pass")
     assert "started 2 MPI ranks in" in capsys.readouterr().out
     assert session.current_pool().size == 2 and not background.running
     # %mpi start with settings of its own does not take a background pool either
     session.stop_pool()
     session.prestart()
-    background = session._prestarted.pool
+    background = session.SESSION.prestarted.pool
     ip.run_line_magic("mpi", "start -n 3 --start-timeout 30")
     assert session.current_pool() is not background and not background.running
 
@@ -389,8 +389,8 @@ def test_no_background_start_when_the_size_cannot_be_told_or_it_is_turned_off(ip
                                                                                  monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     session.prestart()  # a console: nothing says what will be asked
-    assert session._prestarted is None
+    assert session.SESSION.prestarted is None
     monkeypatch.setenv("JPY_SESSION_NAME", _saved_notebook(tmp_path, "%%mpi -n 2\npass"))
     monkeypatch.setenv("MPINB_PRESTART", "0")
     session.prestart()
-    assert session._prestarted is None
+    assert session.SESSION.prestarted is None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from IPython.display import display
@@ -25,40 +27,57 @@ from ._prestart import Prestart, start_in_background
 if TYPE_CHECKING:
     from ._dap import RankDebugAdapter
 
-_pool: Pool | None = None
-_prestarted: Prestart | None = None  # started by %load_ext in the background, until a cell takes it
-_last_trace: Trace | None = None
-_previous_trace: Trace | None = None  # the one before the last: what `%mpi compare` compares it with
+@dataclass
+class Session:
+    """What the notebook's magics share, one per kernel: its pool and the one %load_ext started,
+    the last two traces, and in the MPI kernel the debugger panel's adapter and the cell it runs."""
+
+    pool: Pool | None = None
+    prestarted: Prestart | None = None  # started by %load_ext in the background, until a cell takes it
+    last_trace: Trace | None = None
+    previous_trace: Trace | None = None  # the one before the last: what `%mpi compare` compares it with
+    debug_adapter: RankDebugAdapter | None = None  # JupyterLab's debugger panel on the ranks
+    current_cell: str | None = None  # the code of the cell the MPI kernel runs (the panel names cells by it)
 
 
-# Set by the MPI kernel: JupyterLab's debugger panel on the ranks, and the code of the cell it runs
-debug_adapter: RankDebugAdapter | None = None
-current_cell: str | None = None
+SESSION = Session()
+
+
+def attach_debugger(adapter: RankDebugAdapter) -> None:
+    """The MPI kernel's debugger panel: runs name their cells as it does, for its breakpoints."""
+    SESSION.debug_adapter = adapter
+
+
+@contextmanager
+def running_cell(code: str) -> Iterator[None]:
+    """The MPI kernel runs the cell ``code`` (the debugger panel names a cell by its code)."""
+    SESSION.current_cell = code
+    try:
+        yield
+    finally:
+        SESSION.current_cell = None
 
 
 def current_pool() -> Pool | None:
     """The pool the magics use, if one is running."""
-    return _pool if _pool is not None and _pool.running else None
+    return SESSION.pool if SESSION.pool is not None and SESSION.pool.running else None
 
 
 def use_pool(pool: Pool | None) -> None:
     """Make the magics run on ``pool`` (a started :class:`Pool`), or on none."""
-    global _pool
     discard_prestarted()
-    _pool = pool
+    SESSION.pool = pool
 
 
 def prestart() -> None:
     """Start the notebook's pool in the background (``%load_ext mpinb``; see ``_prestart``)."""
-    global _prestarted
-    if current_pool() is None and _prestarted is None:
-        _prestarted = start_in_background()
+    if current_pool() is None and SESSION.prestarted is None:
+        SESSION.prestarted = start_in_background()
 
 
 def discard_prestarted() -> None:
     """Stop the pool that %load_ext started, if no cell took it."""
-    global _prestarted
-    prestarted, _prestarted = _prestarted, None
+    prestarted, SESSION.prestarted = SESSION.prestarted, None
     if prestarted is not None:
         prestarted.discard()
 
@@ -66,8 +85,7 @@ def discard_prestarted() -> None:
 def _take_prestarted(n: int | None, options: dict) -> Pool | None:
     """The background pool, if it is what is asked for (size, default settings) and started;
     otherwise it is stopped, and the caller starts its own (which says what went wrong)."""
-    global _prestarted
-    prestarted, _prestarted = _prestarted, None
+    prestarted, SESSION.prestarted = SESSION.prestarted, None
     if prestarted is None:
         return None
     if any(value not in (None, "mpi", [], (), {}) for value in options.values()) or (
@@ -84,20 +102,19 @@ def _take_prestarted(n: int | None, options: dict) -> Pool | None:
 
 def start_pool(n: int | None = None, quiet: bool = False, **options) -> Pool:
     """Start the notebook's pool (``Pool`` options pass through); one line says how it went."""
-    global _pool
     if current_pool() is not None:
         raise PoolError(already_running())
     began = time.perf_counter()
     pool = _take_prestarted(n, options)
     if pool is not None:
-        _pool = pool
+        SESSION.pool = pool
         if not quiet:
             print(f"mpinb: started {pool.size} MPI ranks in the background at %load_ext (this cell waited "
                   f"{time.perf_counter() - began:.1f} s for them; `%mpi stop` ends them)")
         return pool
     pool = Pool(n, **options)
     pool.start()
-    _pool = pool
+    SESSION.pool = pool
     if not quiet:
         print(
             f"mpinb: started {pool.size} MPI ranks in {time.perf_counter() - began:.1f} s "
@@ -127,9 +144,8 @@ def launch_options(launcher: str = "mpi", mpiexec: str | None = None, mpiexec_ar
 
 def stop_pool() -> bool:
     """Stop the notebook's pool; ``False`` if there was none."""
-    global _pool
     discard_prestarted()
-    pool, _pool = _pool, None
+    pool, SESSION.pool = SESSION.pool, None
     if pool is None or not pool.running:
         return False
     pool.stop()
@@ -139,7 +155,7 @@ def stop_pool() -> bool:
 def restart_pool(n: int | None = None, **changes) -> Pool:
     """Stop the pool and start a new one like it: the same size and every setting (launcher,
     hosts, batch options, timeouts, output caps, trace capacity...), except what is given."""
-    previous = _pool
+    previous = SESSION.pool
     options = previous.options() if previous is not None else {}
     options.update(changes)
     if n is None and previous is not None:
@@ -159,7 +175,7 @@ def pool_for_cell(n: int | None) -> Pool:
 
 
 def already_running() -> str:
-    size = _pool.size if _pool is not None else 0
+    size = SESSION.pool.size if SESSION.pool is not None else 0
     return f"a pool of {size} ranks is already running: use `%mpi restart -n N` to change it, or `%mpi stop`"
 
 
@@ -198,8 +214,9 @@ def run_cell(
     except SyntaxError as err:
         raise CellSyntaxError(err) from None
     pool = pool_for_cell(n)
-    adapter = debug_adapter if debug_adapter is not None and debug_adapter.started else None
-    named = adapter.cell(current_cell) if adapter is not None and current_cell is not None and first_line == 1 else None
+    adapter = SESSION.debug_adapter if SESSION.debug_adapter is not None and SESSION.debug_adapter.started else None
+    cell = SESSION.current_cell
+    named = adapter.cell(cell) if adapter is not None and cell is not None and first_line == 1 else None
     filename, lines = named or (None, [])
     try:
         return _shown(pool, targets, output, view, verify is True,
@@ -234,7 +251,6 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, asked_to_verify
     """Run ``call(on_output)`` with a live view that keeps whatever happened, errors included,
     then the message-flow views of its trace and its correctness findings (a cell that asked for
     ``--verify`` hears that nothing was found; a pool that verifies every run says only findings)."""
-    global _last_trace, _previous_trace
     if output not in OUTPUT_MODES:
         raise ValueError(f"output must be one of {', '.join(OUTPUT_MODES)}, not {output!r}")
     if view not in VIEW_MODES:
@@ -266,7 +282,7 @@ def _shown(pool: Pool, targets: Targets, output: str, view: str, asked_to_verify
         live.finish(result, how)
         handle.update(live)
         if result is not None and result.trace is not None and len(result.trace):
-            _previous_trace, _last_trace = _last_trace, result.trace
+            SESSION.previous_trace, SESSION.last_trace = SESSION.last_trace, result.trace
             if view != "none":
                 display(TraceView(result.trace, expanded=view == "full"))
             findings = result.trace.findings()
@@ -301,7 +317,7 @@ class FindingList:
 
 def last_trace() -> Trace | None:
     """The trace of the last cell that made MPI calls while traced (``None`` if none did)."""
-    return _last_trace
+    return SESSION.last_trace
 
 
 def compare_runs(*runs: object, labels: tuple[str, ...] = ("before", "after")) -> object:
@@ -309,10 +325,10 @@ def compare_runs(*runs: object, labels: tuple[str, ...] = ("before", "after")) -
     from ..widgets.compare import compare
 
     if not runs:
-        if _previous_trace is None or _last_trace is None:
+        if SESSION.previous_trace is None or SESSION.last_trace is None:
             raise ValueError("there are not two traced runs yet: run two %%mpi cells (traced, the default) "
                              "first, or name the two runs to compare")
-        runs = (_previous_trace, _last_trace)
+        runs = (SESSION.previous_trace, SESSION.last_trace)
     return compare(runs[0], runs[1], labels=(labels[0], labels[1]))
 
 

@@ -34,7 +34,8 @@ class MPIKernel(IPythonKernel):
         self.shell.run_line_magic("load_ext", "mpinb")
         set_autompi(self.shell, True)
         # JupyterLab's debugger panel works on the ranks (see _dap.py), not on this process
-        self.rank_debugger = session.debug_adapter = RankDebugAdapter(self)
+        self.rank_debugger = RankDebugAdapter(self)
+        session.attach_debugger(self.rank_debugger)
         try:
             session.start_pool(quiet=True)
         except Exception as err:  # noqa: BLE001 - the first cell retries and shows the full error
@@ -52,11 +53,8 @@ class MPIKernel(IPythonKernel):
         return self.rank_debugger.handle(msg)
 
     async def do_execute(self, code, *args, **kwargs):
-        session.current_cell = code  # JupyterLab names the cell by its code (gutter breakpoints)
-        try:
+        with session.running_cell(code):  # JupyterLab names the cell by its code (gutter breakpoints)
             return await super().do_execute(code, *args, **kwargs)
-        finally:
-            session.current_cell = None
 
     def _pool_for(self, code: str) -> Pool | None:
         """The pool that answers completions and inspection for ``code``, if the ranks run it."""
