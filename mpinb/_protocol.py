@@ -31,7 +31,7 @@ KEPT_REPLY = b"mpinb: kept on its rank"
 DONE_KEY = "mpinb_done"
 
 # The environment variable naming the folder where each rank writes its Python stack when it gets
-# STACK_SIGNAL (see mpinb.rank._recovery): read when a rank does not return from a call.
+# STACK_SIGNAL (see mpinb.rank._after_abort): read when a rank does not return from a call.
 STACKS_ENVIRONMENT = "MPINB_STACKS"
 STACK_SIGNAL = "SIGUSR2"
 
@@ -123,7 +123,7 @@ class Recording(TypedDict):
     ended: float
     offset: float
     checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
-    left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left)
+    left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left_behind)
     via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
     neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
     remote: NotRequired[dict[str, list[int]]]  # an intercommunicator's id -> its remote group (world ranks)

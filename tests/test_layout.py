@@ -19,7 +19,7 @@ PACKAGE = ROOT / "mpinb"
 # What both sides share (standard library and numpy only, plus each other); the rank side may use
 # these and nothing else of mpinb. _native builds the C tracer: `make install` runs it in the
 # notebook's environment, a rank runs it at first use.
-SHARED = {"_events", "_leftovers", "_progress", "_protocol", "_ranges", "_shared", "_values", "_native"}
+SHARED = {"_events", "_leftover_files", "_progress", "_protocol", "_ranges", "_shared", "_values", "_native"}
 # What else a shared module may import at module level (mpi4py only inside functions: its import
 # initializes MPI, which the notebook must never do).
 THIRD_PARTY_IN_SHARED = {"numpy"}

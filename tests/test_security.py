@@ -19,7 +19,7 @@ import zmq
 from _processes import SKIP_ON_INTEL, intel_mpi, wait_until_gone
 
 import mpinb
-from mpinb._leftovers import mpi_segments
+from mpinb._leftover_files import mpi_segments
 
 pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL]
 

@@ -831,8 +831,8 @@ def blocking_reductions(pool) -> list[str]:
 
 
 def enters_ahead(pool) -> bool:
-    """Whether this pool's traced Allreduce enters MPI ahead of its members (mpinb.rank._speculation)."""
-    return pool.run("from mpinb.rank import _speculation\n_speculation.counts()['on']").value[0]
+    """Whether this pool's traced Allreduce enters MPI ahead of its members (mpinb.rank._entered_ahead)."""
+    return pool.run("from mpinb.rank import _entered_ahead\n_speculation.counts()['on']").value[0]
 
 
 def test_members_in_different_reductions_are_told_so(pool4):
@@ -867,11 +867,11 @@ def test_an_allreduce_enters_mpi_ahead_of_its_members(pool4):
     wait for the members to agree first; the sums are MPI's own."""
     if not enters_ahead(pool4):
         pytest.skip("this pool's traced Allreduce is polled, or agrees first")
-    cell = ("from mpinb.rank import _speculation\nimport time\nbefore = _speculation.counts()\n"
+    cell = ("from mpinb.rank import _entered_ahead\nimport time\nbefore = _entered_ahead.counts()\n"
             "x = np.full(1000, rank + 1.0); y = np.empty(1000)\nsub = comm.Split(rank % 2)\nz = np.zeros(1000)\n"
             "for i in range(30):\n    if rank == 3 and i % 10 == 0:\n        time.sleep(0.05)\n"
             "    comm.Allreduce(x, y)\n    sub.Allreduce(MPI.IN_PLACE, z) if i == 0 else sub.Allreduce(x, z)\n"
-            "after = _speculation.counts()\nsub.Free()\n(y[0], z[0], after['ahead'] - before['ahead'])")
+            "after = _entered_ahead.counts()\nsub.Free()\n(y[0], z[0], after['ahead'] - before['ahead'])")
     values = pool4.run(cell, timeout=60).value
     sums = {rank: (values[rank][0], values[rank][1]) for rank in range(4)}
     assert sums == {rank: (10.0, 4.0 if rank % 2 == 0 else 6.0) for rank in range(4)}

@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftovers import launcher_files, launcher_sessions, mpi_files, mpi_segments, remove_files, remove_folders
+from .._leftover_files import launcher_files, launcher_sessions, mpi_files, mpi_segments, remove_files, remove_folders
 from .._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
@@ -493,7 +493,7 @@ class Supervisor:
         self.signal(ranks, signal.SIGINT)
 
     def ask_for_stacks(self, ranks: list[int]) -> None:
-        """Make the ranks write their stacks (see mpinb.rank._recovery.write_stack_on_request)."""
+        """Make the ranks write their stacks (see mpinb.rank._after_abort.write_stack_on_request)."""
         self.signal(ranks, getattr(signal, STACK_SIGNAL))
 
     def signal(self, ranks: list[int], signum: int) -> None:

@@ -33,23 +33,23 @@ def hello() -> Hello:
 
 
 def settle(skip_through: int) -> Settled:
-    """After an aborted run: this rank's state, once it is idle (see :func:`._recovery.settle`)."""
-    from ._recovery import settle
+    """After an aborted run: this rank's state, once it is idle (see :func:`._after_abort.settle`)."""
+    from ._after_abort import settle
 
     return settle(skip_through)
 
 
 def release_blocked() -> int:
     """After an aborted run, on a rank that is idle: release members blocked in a call that it
-    never made (see :func:`._recovery.release_blocked`)."""
-    from ._recovery import release_blocked
+    never made (see :func:`._after_abort.release_blocked`)."""
+    from ._after_abort import release_blocked
 
     return release_blocked()
 
 
 def fresh_world(generation: int, timeout: float) -> str | None:
-    """After an aborted run: move to a fresh world with every rank (see :func:`._recovery.fresh_world`)."""
-    from ._recovery import fresh_world
+    """After an aborted run: move to a fresh world with every rank (see :func:`._after_abort.fresh_world`)."""
+    from ._after_abort import fresh_world
 
     return fresh_world(generation, timeout)
 

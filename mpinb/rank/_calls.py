@@ -41,7 +41,7 @@ def _datatypes_not_noted(spec: list | tuple) -> None:
     pass
 
 
-note_datatypes = _datatypes_not_noted  # ``_left.used_datatypes`` once that is imported
+note_datatypes = _datatypes_not_noted  # ``_left_behind.used_datatypes`` once that is imported
 
 
 def receives_into(spec) -> None:
@@ -52,7 +52,7 @@ def receives_into(spec) -> None:
 
 def nbytes(spec) -> int:
     """Size of an mpi4py buffer spec: an array, or ``[array, count, type]`` and friends (whose
-    datatypes are noted: see ``_left.used_datatypes``)."""
+    datatypes are noted: see ``_left_behind.used_datatypes``)."""
     if spec is None or spec is MPI.IN_PLACE or spec is MPI.BOTTOM:
         return 0
     size = getattr(spec, "nbytes", None)

@@ -43,7 +43,7 @@ from ._waiting import wait_request as _poll_request
 
 # What a private copy made at a collective's first call is enrolled in once every member has it:
 # the board of reductions entered ahead, which sits above this module (over the C tracer) and
-# hands its enrolment here as it is imported (_speculation).
+# hands its enrolment here as it is imported (_entered_ahead).
 _enrol_new_copy: Callable[[Any, MPI.Intracomm], None] | None = None
 
 
@@ -223,7 +223,7 @@ def rehearse(comm, blocking, *args, **kwargs) -> None:
     What only MPI refuses, and the other reductions' arguments, on some members only, leave the
     others in the blocking call: the pool then restarts, naming the call from their stacks (but
     an ``Allreduce`` entered ahead is made by the refused member when the pool recovers, which
-    releases them: see ``_speculation``)."""
+    releases them: see ``_entered_ahead``)."""
     if comm.Get_size() == 1:  # (no one to wait for)
         return
     if not _REVOCABLE:
@@ -416,7 +416,7 @@ def _collective(name: str, root_at: int | None, lowercase: bool, nonblocking: bo
 # blocking call itself, once its arguments passed MPI's checks (``rehearse``) and every member
 # has agreed that it is there: the call then cannot wait for a member that never comes. (The C
 # tracer's ``Allreduce``, in a pool on one host, enters without that agreement, and a member
-# that never comes is made to release the others instead: see ``_speculation``.) MPICH's
+# that never comes is made to release the others instead: see ``_entered_ahead``.) MPICH's
 # forms give the same bits (tests/test_trace.py checks each MPI), and the polled form is faster
 # there.
 _REDUCTIONS = frozenset({"Reduce", "Allreduce", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"})

@@ -115,7 +115,7 @@ def _exit(code: object) -> None:
     try:
         if (spawns := sys.modules.get("mpinb.rank._spawn")) is not None:
             spawns.remove_folders()  # of spawns whose run never ended (the pool stopped during it)
-        from mpinb._leftovers import remove_own_segments  # (the pool removes them too, if no rank got here)
+        from mpinb._leftover_files import remove_own_segments  # (the pool removes them too, if no rank got here)
 
         remove_own_segments()
     finally:

@@ -25,7 +25,7 @@ from types import FrameType
 from .. import _progress
 from .._protocol import Failure, Limits, Reply, failure, reply
 from .._values import pack
-from . import _debugger, _left, _output, _user_code, _waiting, _world
+from . import _debugger, _left_behind, _output, _user_code, _waiting, _world
 from ._calls import PACKAGE_DIR
 from ._output import capped_output
 from ._recorder import RECORDER
@@ -154,7 +154,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
         _show_figures()
     record["trace"] = traced["trace"]
     if record["trace"] is not None and record["error"] is None:
-        record["trace"]["left"] = _left.look(_world.traced_world())
+        record["trace"]["left"] = _left_behind.look(_world.traced_world())
     record["dropped_lines"] = dropped["lines"]
     record["wrote"] = bool(dropped["wrote"]) or _output.displays != displays_before
     record["elapsed"] = time.perf_counter() - start

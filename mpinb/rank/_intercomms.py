@@ -30,7 +30,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
-from . import _left
+from . import _left_behind
 from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, world_ranks
 from ._collectives import ROOTS_LOWER, ROOTS_UPPER, agree, epoch
 from ._recorder import RECORDER as _rec
@@ -106,7 +106,7 @@ def _merge(self, high: bool = False):
     members = world_ranks(new.Get_group())
     number = _made[self._mpinb_id] = _made.get(self._mpinb_id, -1) + 1
     twin = twin_of(new, f"{self._mpinb_id}.{number}@{members[0]}", members)
-    _left.made(twin, "Merge", where)
+    _left_behind.made(twin, "Merge", where)
     return twin
 
 

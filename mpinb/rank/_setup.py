@@ -44,7 +44,7 @@ def _init() -> None:
     from ._deathwatch import report_for_duty
 
     report_for_duty(world.Get_rank())
-    from ._recovery import write_stack_on_request
+    from ._after_abort import write_stack_on_request
 
     write_stack_on_request(world.Get_rank())
     shell = get_ipython()

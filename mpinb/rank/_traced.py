@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
 from .._ranges import format_ranks
-from . import _left, _native, _speculation, _twins
+from . import _entered_ahead, _left_behind, _native, _twins
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
 from ._intercomms import INTERCOMM_METHODS, INTRACOMM_METHODS, PlainIntercomm
@@ -70,7 +70,7 @@ def _derived(name: str, owner=PlainIntracomm):
         cid = (f"{self._mpinb_id}.group{number}[{format_ranks(members)}]" if kind
                else f"{self._mpinb_id}.{number}@{members[0]}")
         twin = traced(new, cid, members)
-        _left.made(twin, name, where)
+        _left_behind.made(twin, name, where)
         return twin
 
     return named(method, base)
@@ -93,7 +93,7 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
     twin._mpinb_id = cid if cid is not None else _id_of_handle.get(twin.handle) or _handle_id(twin)
     _id_of_handle[twin.handle] = twin._mpinb_id
     if cid is None:
-        _left.also(twin)
+        _left_behind.also(twin)
     # Made while every member is here: it has just made the communicator (or started the pool).
     if shadow is None and cid is not None:
         twin._mpinb_made_in = epoch()
@@ -103,7 +103,7 @@ def traced(comm, cid: str | None = None, members: list[int] | None = None, const
             shadow = PlainIntracomm(PlainIntracomm.Dup(twin))
             if (rehearsal := rehearsal_of(shadow)) is not None:
                 twin._mpinb_rehearsal = rehearsal
-            _speculation.enroll(twin, shadow, polled=False)
+            _entered_ahead.enroll(twin, shadow, polled=False)
     twin._mpinb_shadow = shadow
     if constant:
         twin._mpinb_constant = True
@@ -150,7 +150,7 @@ class _TwinMixin(_MixedInto):
     _mpinb_constant = False
     _mpinb_epoch, _mpinb_calls = -1, 0  # collective calls counted for tags (see ``_exchange``)
     _mpinb_made_in = -1  # the epoch its shadow was made in (see _collectives.release); -1: none made
-    _mpinb_slot = -1  # on the board of calls entered ahead (see _speculation); -1: none
+    _mpinb_slot = -1  # on the board of calls entered ahead (see _entered_ahead); -1: none
     fromhandle, f2py, fromint = converter("fromhandle"), converter("f2py"), converter("fromint")
 
     @classmethod
@@ -201,7 +201,7 @@ class _TwinMixin(_MixedInto):
         release(self.__dict__.pop("_mpinb_rehearsal", None), self._mpinb_made_in)  # see _collectives.rehearse
         _id_of_handle.pop(self.handle, None)
         _rec.forget(self.__dict__.get("_mpinb_id"))
-        _left.freed(self.__dict__.get("_mpinb_id"))
+        _left_behind.freed(self.__dict__.get("_mpinb_id"))
 
     def __reduce__(self):
         if self._mpinb_is_world:

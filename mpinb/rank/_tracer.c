@@ -1083,7 +1083,7 @@ static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *
  * Where every rank of the pool shares one host, a traced Allreduce does not wait for the members
  * to agree that each is there (a barrier's cost, most of it the wait to be scheduled: with more
  * ranks than cores it was 0.13 of the call's time at 16 kB). Each rank instead says on a board in
- * shared memory (_speculation.setup) which call it is in, and enters the blocking call at once,
+ * shared memory (_entered_ahead.setup) which call it is in, and enters the blocking call at once,
  * unless another member is, or may be about to be, inside a call that this rank does not know to
  * be complete: then it waits, polled and interruptible, until every member has arrived. Written
  * before each rank reads the others' (a sequentially consistent store, then loads), so of two
@@ -1091,7 +1091,7 @@ static int rehearsed(Method *m, PyObject *const *args, size_t nargsf, PyObject *
  * rank blocked inside MPI only ever waits for ranks that are not: those can always join its call.
  * When one never comes (a hang, a member that raised first), the pool's recovery asks each idle
  * rank to make the calls that others entered ahead of it, with placeholder values of the same
- * count, type and operation (_speculation.release_blocked): the members inside return, see that
+ * count, type and operation (_entered_ahead.release_blocked): the members inside return, see that
  * they were released, and raise as an interrupted wait does. A call's state is one 64-bit word
  * (state, communicator's slot, the call's number on it), so no rank reads half of another's. */
 enum { LANES = 4, SLOT_WORDS = 8, MAX_COMMS = 1024, SIGNATURE_FORMAT = 16 };
@@ -1108,7 +1108,7 @@ static PyObject *predefined_ops = NULL, *in_place = NULL, *released_fn = NULL, *
                 *wait_arrivals_fn = NULL, *str_slot = NULL;
 static long long entered_ahead = 0, waited_for_members = 0;
 
-/* What a lane's thread is inside, for the thread that publishes long waits (_speculation). */
+/* What a lane's thread is inside, for the thread that publishes long waits (_entered_ahead). */
 typedef struct {
     int64_t seq;            /* atomic: the entry's number, 0 when not inside */
     int64_t since_ns;       /* atomic: monotonic */
@@ -1167,7 +1167,7 @@ static int test_arrival(void *what, int *flag) {
     return MPI_SUCCESS;
 }
 
-/* The communicator's slot on the board (_speculation.enroll), or -1. */
+/* The communicator's slot on the board (_entered_ahead.enroll), or -1. */
 static int board_slot(PyObject *self) {
     if (board == NULL) return -1;
     PyObject *value = PyObject_GetAttr(self, str_slot);
@@ -1182,7 +1182,7 @@ static int board_slot(PyObject *self) {
 }
 
 /* What a member that never came needs to join this call in its place: the element count, the
- * buffer's format and the operation (an index in _speculation's predefined ones); count -1 when
+ * buffer's format and the operation (an index in _entered_ahead's predefined ones); count -1 when
  * the call's form is not one that can be matched so (a [buffer, count, type] list, a user's op). */
 static void write_signature(int64_t *slot, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     slot[1] = -1;
@@ -1314,7 +1314,7 @@ static PyObject *speculate(Method *m, PyObject *self, int idx, PyObject *const *
 
 /* speculation(board, ranks, me, ops, in_place, released, unpublish, wait_arrivals): the board
  * (a writable buffer shared by every rank of the pool, zeroed), this rank's place on it, and
- * what the slow paths call (see _speculation.setup). */
+ * what the slow paths call (see _entered_ahead.setup). */
 static PyObject *speculation(PyObject *module, PyObject *args) {
     PyObject *buffer, *ops, *place, *released, *unpublish, *arrivals;
     int ranks, me;
@@ -1481,7 +1481,7 @@ static PyObject *speculation_left(PyObject *module, PyObject *args) {
 
 /* speculation_wait_inside(after) -> (comm, name, file, line, seconds inside): blocks (without the GIL)
  * until a lane of this rank has been inside a call entered ahead for ``after`` seconds, and
- * that wait was not yet given; for the thread that publishes it (_speculation). */
+ * that wait was not yet given; for the thread that publishes it (_entered_ahead). */
 static PyObject *speculation_wait_inside(PyObject *module, PyObject *arg) {
     double after = PyFloat_AsDouble(arg);
     if (after == -1.0 && PyErr_Occurred()) return NULL;

@@ -9,7 +9,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _spawn, _speculation, _verify
+from . import _entered_ahead, _spawn, _verify
 from ._calls import PlainRequest
 from ._collectives import set_epoch
 from ._files import PlainFile, TracedFile
@@ -32,7 +32,7 @@ def install(namespace: dict) -> None:
     # polled barrier first keeps the early ones from spinning in Dup and taking the others' CPU.
     polite_barrier(world)
     set_housekeeping(world.Dup())  # mpinb's own traffic never uses the user's communicators
-    _speculation.setup(housekeeping())  # before any twin takes a slot on it
+    _entered_ahead.setup(housekeeping())  # before any twin takes a slot on it
     set_traced_world(traced(world, "world", list(range(world.Get_size())), constant=True))
     align_clock(housekeeping())
     _use(namespace, traced_calls=True)
@@ -108,8 +108,8 @@ def fresh_world(namespace: dict, new_generation: int, timeout: float) -> str | N
     set_traced_world(new_traced)
     if (rehearsal := old_traced.__dict__.pop("_mpinb_rehearsal", None)) is not None:
         new_traced._mpinb_rehearsal = rehearsal  # a copy of that shadow (see _collectives.rehearse)
-    _speculation.carry(old_traced, new_traced)
-    _speculation.reset()
+    _entered_ahead.carry(old_traced, new_traced)
+    _entered_ahead.reset()
     for name, value in list(namespace.items()):
         if value is old_traced or value is old_plain:
             namespace[name] = new_traced if value is old_traced else _plain_world

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _left
+from . import _left_behind
 from ._recorder import RECORDER as _rec
 
 _make: Callable[..., Any] | None = None
@@ -37,5 +37,5 @@ def intercomm_twin(new: Any, cid: str, local: list[int], remote: list[int], wher
     its private copy, if made already)."""
     twin = twin_of(new, cid, sorted(local + remote), shadow=shadow)
     _rec.remote[cid] = remote
-    _left.made(twin, op, where)
+    _left_behind.made(twin, op, where)
     return twin

@@ -156,7 +156,7 @@ def held() -> int:
 
 def broken_off(state: WaitState) -> None:
     """A wait that ended by an exception outside :func:`wait` (a member released from a
-    collective it entered ahead, see ``_speculation``): reported as an interrupted wait is."""
+    collective it entered ahead, see ``_entered_ahead``): reported as an interrupted wait is."""
     global current
     current = state
 

@@ -1,6 +1,6 @@
 """``TracedWin``: ``MPI.Win`` while tracing is on. Each window user code makes is known by the
 call and line that made it (one dropped without ``Free`` is told when the run ends: see
-:mod:`._left`), and its one-sided calls are recorded like every other MPI call.
+:mod:`._left_behind`), and its one-sided calls are recorded like every other MPI call.
 
 - Data operations (``Put``, ``Get``, ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op``,
   ``Compare_and_swap`` and the request forms) are kind ``RMA``: ``peer`` is the target rank in
@@ -30,7 +30,7 @@ from mpi4py import MPI
 from .._events import COLLECTIVE, EPOCH, RMA
 from .._protocol import WaitState, wait_state
 from .._ranges import format_ranks
-from . import _left
+from . import _left_behind
 from ._calls import PlainIntracomm, StandIn, arg, call_site, named, nbytes, pickle_plain_copies, world_ranks
 from ._collectives import agree, agreed_code, epoch, release
 from ._recorder import RECORDER as _rec
@@ -102,7 +102,7 @@ def _made_by(name: str) -> classmethod:
             end = _now()
             _rec.add((f"Win.{name}", COLLECTIVE, parent, -1, -1, 0, 0, start, end, end, *where))
         window._mpinb_group = private_group("win", window.Get_group(), comm, parent)
-        _left.made_window(window, f"Win.{name}")
+        _left_behind.made_window(window, f"Win.{name}")
         return window
 
     make.__name__, make.__qualname__, make.__doc__ = name, f"Win.{name}", plain.__doc__

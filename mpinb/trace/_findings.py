@@ -13,7 +13,7 @@ depends on timing.
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
 
-Also on in every traced run: what a run left behind (:mod:`mpinb.rank._left`): a message that
+Also on in every traced run: what a run left behind (:mod:`mpinb.rank._left_behind`): a message that
 arrived and that no receive took, found by MPI's own probe (a message received by a form mpinb
 does not trace is gone, so it is never told), and a communicator, window or derived datatype
 dropped without ``Free``.
@@ -463,7 +463,7 @@ class _Causality:
 
 def _left_behind(trace: Trace) -> list[Finding]:
     """Messages waiting that no receive took, and communicators, windows and derived datatypes
-    dropped unfreed (see ``rank/_left``)."""
+    dropped unfreed (see ``rank/_left_behind``)."""
     if not any(trace.left.values()):  # (the usual run: the trace's messages are not even matched)
         return []
     events = trace.events

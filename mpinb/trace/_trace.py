@@ -67,7 +67,7 @@ class Trace:
         for data in per_rank.values():
             self.file_names.update(data.get("files", {}))
         self.verified = bool(pool) and all("checks" in per_rank[rank] for rank in pool)
-        # what each rank's run left behind (see mpinb.rank._left): ranks whose run raised look for nothing
+        # what each rank's run left behind (see mpinb.rank._left_behind): ranks whose run raised look for nothing
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
         # per rank, a user's line -> the library line behind the calls it led to (mpi4py.futures...):
         # a call made in library code is recorded at the user's line (see mpinb.rank._calls.call_site)

@@ -16,7 +16,7 @@ import threading
 from typing import TextIO
 
 from .._protocol import STACK_SIGNAL, STACKS_ENVIRONMENT, Settled
-from . import _relay, _speculation, _tracing, _waiting
+from . import _entered_ahead, _relay, _tracing, _waiting
 
 
 def settle(skip_through: int) -> Settled:
@@ -24,15 +24,15 @@ def settle(skip_through: int) -> Settled:
     time), and from then on it never starts a relayed run up to ``skip_through``. First it makes
     the calls that other members entered ahead of it (see :func:`release_blocked`)."""
     _relay.skip_runs_through(skip_through)
-    _speculation.release_blocked()
+    _entered_ahead.release_blocked()
     return {"generation": _tracing.generation, "own_started": _tracing.own_calls["started"],
             "own_completed": _tracing.own_calls["completed"], "held": _waiting.held()}
 
 
 def release_blocked() -> int:
     """On an idle rank after an aborted run: release the members that entered a call ahead of it
-    (see ``_speculation.release_blocked``); how many calls it made for that."""
-    return _speculation.release_blocked()
+    (see ``_entered_ahead.release_blocked``); how many calls it made for that."""
+    return _entered_ahead.release_blocked()
 
 
 def fresh_world(generation: int, timeout: float) -> str | None:
