@@ -71,7 +71,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --silent
 	touch $@
 
-# The documentation site, offline, in build/docs: the user guide (from this README), the API from
+# The documentation site, offline, in build/docs: the user guide (docs/guide/), the API from
 # docstrings, and the tutorials in English and Chinese executed as they are built.
 # Each notebook's feedback in its own language: English by default, Chinese in notebooks/zh/.
 # Two notebooks at a time (-j 2): a tutorial keeps about one core busy, its kernel and pool waiting
@@ -80,7 +80,7 @@ docs: install
 	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -j 2 -c docs -b html --keep-going . build/docs
 	@echo "mpinb: the site is in build/docs/index.html"
 
-# Three tiers of tests (the README's "Developing" says when to use each):
+# Three tiers of tests (CONTRIBUTING.md says when to use each):
 # For every edit: lint, types and the tests that start no process (marked unit).
 check: lint
 	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)

@@ -102,7 +102,7 @@ def machine() -> str:
 
 def python_speed_us() -> float:
     """The notes' yardstick of the interpreter's speed: ``sum(range(100))``, best of 5 (1.46 us on
-    a machine twice as slow as the one the README's figures came from)."""
+    a machine twice as slow as the one docs/guide/performance.md's figures came from)."""
     import timeit
 
     loops = 200_000

@@ -1,9 +1,9 @@
-"""Sphinx configuration: the user guide (from the README), the Python API from docstrings, and the
+"""Sphinx configuration: the user guide (docs/guide/), the Python API from docstrings, and the
 tutorials in English and Chinese, executed at build time so that every plot, space-time diagram
 and result is on the page. Built offline: every asset is served from the site itself.
 
 The source directory is the repository's root (``sphinx-build -c docs . build/docs``), so that the
-guide includes the README and the tutorials are the notebooks themselves, not copies.
+front page includes the README and the tutorials are the notebooks themselves, not copies.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The house rules of the tree, checked: folders are processes, the shared modules belong to
 neither side, ipyparallel's and ipykernel's internals that mpinb patches are still there, and the
-README's map names every module. Pure reading of files and classes: milliseconds, no MPI."""
+guide's map (docs/guide/design.md) names every module. Pure reading of files and classes:
+milliseconds, no MPI."""
 
 from __future__ import annotations
 
@@ -380,14 +381,15 @@ def test_the_dependencies_a_new_major_version_could_break_are_bounded():
         assert spec and "<" in spec.group(1), f"pyproject.toml gives {package} no upper bound"
 
 
-# -- the README's map ------------------------------------------------------------------------------
+# -- the guide's map (docs/guide/design.md) and the README, a front page ----------------------------
+GUIDE = ROOT / "docs" / "guide"
+
+
 def _map() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## How it is built", 1)[1]
-    return section.split("```", 2)[1]
+    return (GUIDE / "design.md").read_text().split("```", 2)[1]
 
 
-def test_the_readme_map_names_every_module_and_folder():
+def test_the_map_names_every_module_and_folder():
     text = _map()
     named = set(re.findall(r"[\w.]+", text))
     missing = [str(path.relative_to(PACKAGE)) for path in _modules()
@@ -397,28 +399,52 @@ def test_the_readme_map_names_every_module_and_folder():
     tops = [name + "/" for name in ("notebooks", "bench", "kernel", "tests", "docs", "workloads", ".ci")
             if (ROOT / name).is_dir()]
     missing += [top for top in tops if top not in text]
-    assert not missing, f"the README's map ('How it is built') does not name {missing}"
+    assert not missing, f"the guide's map (docs/guide/design.md) does not name {missing}"
 
 
-def test_the_readme_map_names_nothing_that_is_gone():
+def test_the_map_names_nothing_that_is_gone():
     names = set(re.findall(r"\b(_?\w+\.(?:py|js|c))\b", _map()))
     present = {path.name for folder in ("mpinb", "tests", "bench", "docs", "workloads", ".ci")
                for path in (ROOT / folder).rglob("*")
                if path.is_file()}
     gone = sorted(names - present)
-    assert not gone, f"the README's map names files that are not in the tree: {gone}"
+    assert not gone, f"the guide's map names files that are not in the tree: {gone}"
 
 
-def test_the_readmes_table_of_tutorials_names_each_one_in_order():
-    text = (ROOT / "README.md").read_text()
+def test_the_guides_table_of_tutorials_names_each_one_in_order():
+    text = (GUIDE / "tutorials.md").read_text()
     listed = re.findall(r"^\| `(\d\d\w?-[\w-]+)` \|", text, re.MULTILINE)
     tutorials = sorted(path.stem for path in (ROOT / "notebooks").glob("*.ipynb"))
     assert listed == tutorials
 
 
-def test_the_readme_map_calls_shared_exactly_the_shared_modules():
+def test_the_map_calls_shared_exactly_the_shared_modules():
     marked = set(re.findall(r"^  (_\w+)\.py\s+shared:", _map(), re.MULTILINE))
     assert marked == SHARED, f"the map marks {sorted(marked)} as shared; the rule (SHARED above) is {sorted(SHARED)}"
+
+
+def test_the_readme_is_a_front_page_that_leads_to_every_page_of_the_guide():
+    """The README says what mpinb is, how to start and where the guide is, in at most 150 lines;
+    it links every page of the guide, and the docs site's table of contents lists each."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "the README is a front page: the guide is in docs/guide/"
+    pages = sorted(path.name for path in GUIDE.glob("*.md"))
+    unlinked = [page for page in pages if f"(docs/guide/{page})" not in readme and page != "contributing.md"]
+    assert not unlinked, f"the README does not link these pages of the guide: {unlinked}"
+    index = (ROOT / "docs" / "index.md").read_text()
+    unlisted = [page for page in pages if f"guide/{page.removesuffix('.md')}\n" not in index]
+    assert not unlisted, f"docs/index.md's table of contents does not list {unlisted}"
+    assert "](CONTRIBUTING.md)" in readme and (ROOT / "CONTRIBUTING.md").exists()
+    includes = [page.name for page in GUIDE.glob("*.md") if "README.md" in page.read_text()]
+    assert not includes, f"guide pages that still include the README: {includes}"
+
+
+def test_the_api_page_documents_every_exported_name():
+    import mpinb
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    missing = [name for name in mpinb.__all__ if not re.search(rf"^\.\. auto\w+:: mpinb\.{name}$", api, re.MULTILINE)]
+    assert not missing, f"docs/api.md documents no {missing}"
 
 
 # -- the widgets: one ES module and one CSS file each, colours written once, state typed ---------------

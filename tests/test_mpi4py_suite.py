@@ -386,7 +386,7 @@ def _better_than(expected: list[dict], got: list[dict]) -> bool:
 # replaced after a release stopped being the constant, and test_objmodel then freed it), plus
 # test_mpiabi, which fails under plain mpiexec too and so makes ranks exit with code 1. (Not
 # test_errhandler: run twice in one process it meets mpi4py's 32 error handler slots, as it would
-# under mpiexec; see the README.)
+# under mpiexec; see docs/guide/fidelity.md.)
 WORLD_MODULES = ("test_mpiabi", "test_objmodel", "test_exceptions", "test_comm")
 
 

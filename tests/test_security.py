@@ -1,5 +1,5 @@
 """A pool on a shared host: nobody but its user can reach it, read its files or forge its messages,
-and a notebook killed outright leaves nothing behind (see the README's "Security")."""
+and a notebook killed outright leaves nothing behind (see docs/guide/security.md)."""
 
 from __future__ import annotations
 

@@ -921,7 +921,7 @@ def test_a_reduction_whose_arguments_change_on_one_rank_is_refused_there_alone(p
     if ("operation" in case and not pool4.run("from mpinb.rank._collectives import _REVOCABLE\n_REVOCABLE").value[0]
             and not enters_ahead(pool4)):
         pytest.skip("only MPI refuses this, this MPI cannot revoke a rehearsal's copy, and the others agreed first "
-                    "(README: the pool restarts)")
+                    "(docs/guide/hangs.md: the pool restarts)")
     # (one call site, so that its fourth call is the same call as the three good ones but for the change)
     cell = ("x = np.ones(4); y = np.empty(4); op = MPI.SUM\n"
             "for i in range(4):\n"
