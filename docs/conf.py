@@ -22,7 +22,7 @@ release = version = mpinb.__version__
 copyright = "mpinb developers"
 
 root_doc = "docs/index"
-include_patterns = ["docs/**", "notebooks/*.ipynb", "notebooks/zh/*.ipynb", "notebooks/zh/*.md"]
+include_patterns = ["docs/**", "CONTRIBUTING.md", "notebooks/*.ipynb", "notebooks/zh/*.ipynb", "notebooks/zh/*.md"]
 exclude_patterns = ["build", ".venv*", "docs/_build"]
 
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
