@@ -434,7 +434,8 @@ def test_the_readme_is_a_front_page_that_leads_to_every_page_of_the_guide():
     index = (ROOT / "docs" / "index.md").read_text()
     unlisted = [page for page in pages if f"guide/{page.removesuffix('.md')}\n" not in index]
     assert not unlisted, f"docs/index.md's table of contents does not list {unlisted}"
-    assert "](CONTRIBUTING.md)" in readme and "/CONTRIBUTING\n" in index, "the README and the site lead to CONTRIBUTING.md"
+    assert "](CONTRIBUTING.md)" in readme and "/CONTRIBUTING\n" in index, \
+        "the README and the site lead to CONTRIBUTING.md"
     includes = [page.name for page in GUIDE.glob("*.md") if "README.md" in page.read_text()]
     assert not includes, f"guide pages that still include the README: {includes}"
 

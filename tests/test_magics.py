@@ -291,8 +291,8 @@ def test_a_deadlocked_cell_shows_its_diagnosis_live_then_once_in_the_error(ip, s
 
 
 def test_compare_shows_the_last_two_traced_runs_side_by_side(ip, monkeypatch):
-    monkeypatch.setattr(session, "_previous_trace", None)
-    monkeypatch.setattr(session, "_last_trace", None)
+    monkeypatch.setattr(session.SESSION, "previous_trace", None)
+    monkeypatch.setattr(session.SESSION, "last_trace", None)
     with pytest.raises(UsageError, match="not two traced runs yet"):
         ip.run_line_magic("mpi", "compare")
     slow = "import time\nif rank == 1:\n    time.sleep(0.3)\ncomm.allreduce(rank)"

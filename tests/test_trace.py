@@ -832,7 +832,7 @@ def blocking_reductions(pool) -> list[str]:
 
 def enters_ahead(pool) -> bool:
     """Whether this pool's traced Allreduce enters MPI ahead of its members (mpinb.rank._entered_ahead)."""
-    return pool.run("from mpinb.rank import _entered_ahead\n_speculation.counts()['on']").value[0]
+    return pool.run("from mpinb.rank import _entered_ahead\n_entered_ahead.counts()['on']").value[0]
 
 
 def test_members_in_different_reductions_are_told_so(pool4):

@@ -130,12 +130,13 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"], limits.get("verify", False))
     with capped_output(limits["max_lines"], limits["max_chars"]) as dropped, tracing as traced:
         try:
+            _user_code.enter()
             try:
-                with _user_code.running():
-                    value = body()
-                    # the value's __repr__ and its pickling are user code too: interruptible
-                    packed = pack(value) if value is not None else None
+                value = body()
+                # the value's __repr__ and its pickling are user code too: interruptible
+                packed = pack(value) if value is not None else None
             finally:
+                _user_code.leave()
                 _debugger.run_ended()
         except SystemExit as exc:
             if exc.code not in (None, 0):

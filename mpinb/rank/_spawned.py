@@ -19,10 +19,6 @@ import sys
 import types
 from typing import Any
 
-from mpi4py import MPI
-
-from . import _calls, _intercomms, _spawn, _tracing
-
 
 class _GetParent:
     """``MPI.Comm.Get_parent``, answered with the traced twin of the parent intercommunicator."""
@@ -35,7 +31,11 @@ class _GetParent:
 
 
 def _stand_in_comm(twin: Any) -> type:
-    return _calls.StandIn("Comm", (MPI.Comm,), {
+    from mpi4py import MPI
+
+    from ._calls import StandIn
+
+    return StandIn("Comm", (MPI.Comm,), {
         "_mpinb_stands_in": True, "_mpinb_plain": MPI.Comm, "Get_parent": _GetParent(twin),
         "__module__": "mpi4py.MPI", "__doc__": MPI.Comm.__doc__,
     })
@@ -43,7 +43,15 @@ def _stand_in_comm(twin: Any) -> type:
 
 def start(spec: dict) -> None:
     """Trace this process (collective with its parents: they wait for the private copy)."""
+    # Imported here, not at the top: importing them starts MPI and loads the C tracer, which only
+    # a spawned program's start should do (``run`` is used without them).
+    from mpi4py import MPI
+
+    from . import _calls
+
     _calls.count_lanes_from(spec["base"])  # before any of mpinb's code counts world ranks
+    from . import _intercomms, _spawn, _tracing
+
     parent = _tracing.install_spawned(spec)
     rank = MPI.COMM_WORLD.Get_rank()
 

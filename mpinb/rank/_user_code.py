@@ -2,12 +2,12 @@
 debugger ask, and only a run (``_execute``) marks.
 
 Inside user code an interrupt raises ``KeyboardInterrupt`` and a namespace is not inspectable;
-outside it (mpinb's own code before and after) an interrupt is held, and the idle namespace is."""
+outside it (mpinb's own code before and after) an interrupt is held, and the idle namespace is.
+The marks are plain calls, not a context manager: the interrupt handler holds an interrupt that
+arrives in mpinb's own frames, and a context manager's would be contextlib's.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _inside = False
 
@@ -17,12 +17,13 @@ def is_running() -> bool:
     return _inside
 
 
-@contextmanager
-def running() -> Iterator[None]:
-    """The span of a run in which user code runs."""
+def enter() -> None:
+    """A run's user code starts."""
     global _inside
     _inside = True
-    try:
-        yield
-    finally:
-        _inside = False
+
+
+def leave() -> None:
+    """A run's user code has ended, however it ended."""
+    global _inside
+    _inside = False

@@ -48,6 +48,10 @@ def test_the_debug_adapter_answers_the_protocols_requests_and_refuses_its_own_he
     from mpinb.notebook._dap import RankDebugAdapter
 
     adapter = RankDebugAdapter(kernel=None)
+    assert set(RankDebugAdapter.REQUESTS) == {  # what JupyterLab's debugger panel sends
+        "initialize", "attach", "configurationDone", "disconnect", "debugInfo", "dumpCell", "setBreakpoints",
+        "setExceptionBreakpoints", "threads", "stackTrace", "scopes", "variables", "inspectVariables",
+        "richInspectVariables", "evaluate", "source", "modules", "pause", "continue", "next", "stepIn", "stepOut"}
     assert all(handler.__name__ == f"_{command}" for command, handler in RankDebugAdapter.REQUESTS.items())
     reply = adapter.handle({"seq": 7, "command": "initialize", "arguments": {}})
     assert reply["success"] and reply["request_seq"] == 7 and adapter.started
