@@ -109,7 +109,8 @@ def test_lock_contention_is_a_wait_for_the_holder(pool4):
     wait = waits[0]
     assert (wait["rank"], wait["peer"], wait["line"], wait["peer_line"]) == (2, 1, 11, 5)
     assert 0.15 < wait["seconds"] < 0.6
-    said = [line for line in explain(res.trace.waits()) if "lock" in line]
+    # (every wait explained: under load the barriers' waits can outrank the lock's in the top three)
+    said = [line for line in explain(res.trace.waits(), top=len(res.trace.waits())) if "lock" in line]
     assert said and said[0].startswith("rank 2 waited")
     assert "for rank 1, which held the window's lock since line 5" in said[0]
     path = res.trace.critical_path()
