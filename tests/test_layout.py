@@ -176,6 +176,19 @@ def test_the_notebooks_session_is_an_object_not_module_globals():
     assert not rebinding, f"global statements on the notebook side: {rebinding}"
 
 
+def test_handlers_are_found_in_tables_not_by_names_built_from_strings():
+    """``getattr(self, f"_{word}")`` hides which methods are reachable from readers and tools, and
+    reaches helpers nobody meant to expose: the magics, the exporter and the debug adapter keep
+    tables (``HANDLERS``, ``CELL_KINDS``, ``REQUESTS``). (mpi4py's methods looked up by their MPI
+    names, such as a call's nonblocking form, are another library's API, not handlers.)"""
+    built = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in _modules()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+             and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
+             and isinstance(node.args[1], (ast.JoinedStr, ast.BinOp))]
+    assert not built, f"attributes looked up by a name built from a string: {built}"
+
+
 def test_the_trace_modules_share_their_helpers_through_a_leaf():
     """``Trace`` and its views (waits, critical path, SVG, Chrome trace) share their array helpers
     through the leaf ``_arrays``."""
