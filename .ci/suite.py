@@ -87,8 +87,7 @@ OTHER_MPI = _defaults(MPINB_STRESS_ABORTS="12", MPINB_SUITE_PASSES="traced", MPI
 # its tutorials time MPI and check the shape of what they measure. Open MPI's tests are two stages,
 # the long ones (mpi4py's suite, the stress campaign) and the others, so that both run at once
 # when the hosts' lane is done. (An earlier try of three lanes was slower than two; this one, with
-# MPICH's host tests out of MPICH's session and Open MPI's split, was faster: CONTRIBUTING.md says how
-# much.)
+# MPICH's host tests out of MPICH's session and Open MPI's split, was faster.)
 STAGES = [
     Stage("site", "mpich", kind="site", weight=1.4),
     Stage("install-impi", "impi", kind="install", weight=0.3),
