@@ -129,17 +129,21 @@ def allocation_srun() -> str:
     return found
 
 
+def _directives(**options: str | None) -> list[str]:
+    """``#SBATCH --name=value`` for each option that has a value, in the order given (``job_name``
+    is ``--job-name``)."""
+    return [f"#SBATCH --{name.replace('_', '-')}={value}" for name, value in options.items() if value]
+
+
 def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, str]:
     """Our Slurm batch script (unless the user gave one): it keeps its script and output in the
     profile's log folder, not the notebook's, and carries the batch options itself (ipyparallel
     adds them only to its own template)."""
     if "batch_template" in options or "batch_template_file" in options:
         return {}
-    lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=mpinb-{cluster_id}", "#SBATCH --ntasks={n}",
-             f"#SBATCH --output={slurm_output(log_dir, cluster_id, '%j')}"]
-    for key, flag in (("queue", "--partition"), ("timelimit", "--time"), ("account", "--account")):
-        if options.get(key):
-            lines.append(f"#SBATCH {flag}={options[key]}")
+    lines = ["#!/bin/sh", *_directives(export="ALL", job_name="mpinb-{cluster_id}", ntasks="{n}",
+                                       output=slurm_output(log_dir, cluster_id, "%j"), partition=options.get("queue"),
+                                       time=options.get("timelimit"), account=options.get("account"))]
     # As mpiexec does, end the whole step when one task fails (srun would let the others run on).
     lines.append(" ".join(["srun", *srun_arguments(), "{program_and_args}"]))
     return {"batch_template": "\n".join(lines) + "\n",
@@ -179,13 +183,10 @@ def batch_script(script: str, ranks: int, origin: str, launch: Mapping[str, str 
     nodes from Slurm. Its output goes beside the script."""
     folder, name = os.path.split(script)
     stem = os.path.splitext(name)[0]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={stem}", f"#SBATCH --ntasks={ranks}",
-             f"#SBATCH --time={time or launch.get('time') or '0:30:00'}",
-             f"#SBATCH --output={os.path.join(folder, stem)}-%j.out"]
-    for option, value in (("partition", partition or launch.get("partition")),
-                          ("account", account or launch.get("account"))):
-        if value:
-            lines.append(f"#SBATCH --{option}={value}")
+    lines = ["#!/bin/bash", *_directives(job_name=stem, ntasks=str(ranks), time=time or launch.get("time") or "0:30:00",
+                                         output=f"{os.path.join(folder, stem)}-%j.out",
+                                         partition=partition or launch.get("partition"),
+                                         account=account or launch.get("account"))]
     lines += ["", f"# {name}: exported by mpinb from {origin}, run in the Python environment the notebook "
                   f"ran in ({sys.prefix}).",
               f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH"]
