@@ -6,6 +6,7 @@ milliseconds, no MPI."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import sys
@@ -30,6 +31,12 @@ def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once for all the rules that read it."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _dotted(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -41,7 +48,7 @@ def _imports(path: Path, for_types: bool = True) -> list[tuple[str, bool]]:
     """Every mpinb module (dotted) that ``path`` imports, and whether at module level (not inside a
     function: a function's import runs only when it is called, on the side that calls it).
     ``for_types=False`` leaves out what ``if TYPE_CHECKING:`` imports (never at run time)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
     found: list[tuple[str, bool]] = []
 
@@ -98,7 +105,7 @@ def test_the_shared_modules_belong_to_neither_side():
             continue
         wrong = [name for name, _ in _imports(path) if not _is_shared(name)]
         assert not wrong, f"{path.name} imports one side's modules: {wrong}"
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         top_level = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
                      for alias in node.names}
         top_level |= {(node.module or "").split(".")[0] for node in tree.body
@@ -172,7 +179,7 @@ def test_the_notebooks_session_is_an_object_not_module_globals():
     """What the magics share (the pool, the traces, the MPI kernel's debugger panel) is one
     ``Session``; no module of the notebook side rebinds a global of its own."""
     rebinding = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in (PACKAGE / "notebook").glob("*.py")
-                 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Global)]
+                 for node in ast.walk(_tree(path)) if isinstance(node, ast.Global)]
     assert not rebinding, f"global statements on the notebook side: {rebinding}"
 
 
@@ -182,7 +189,7 @@ def test_handlers_are_found_in_tables_not_by_names_built_from_strings():
     tables (``HANDLERS``, ``CELL_KINDS``, ``REQUESTS``). (mpi4py's methods looked up by their MPI
     names, such as a call's nonblocking form, are another library's API, not handlers.)"""
     built = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in _modules()
-             for node in ast.walk(ast.parse(path.read_text()))
+             for node in ast.walk(_tree(path))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
              and isinstance(node.args[1], (ast.JoinedStr, ast.BinOp))]
@@ -202,7 +209,7 @@ def test_no_module_imports_another_ones_private_names():
     Importing a private module (``from . import _objects``) is what private modules are for."""
     wrong = []
     for path in _modules():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.ImportFrom) and node.level):
                 continue
             base = path.parent.joinpath(*[".."] * (node.level - 1)).resolve()
@@ -259,7 +266,7 @@ def test_every_method_mpinb_replaces_is_checked_above():
     """Every module-level ``Class.attribute = ...`` on a class mpinb did not define is a patch."""
     patched = set()
     for path in _modules():
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         own = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
         own |= {target.id for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
                 and node.value.id in own for target in node.targets if isinstance(target, ast.Name)}  # aliases
@@ -274,16 +281,15 @@ def test_every_method_mpinb_replaces_is_checked_above():
     assert patched and not unchecked, f"mpinb replaces {unchecked}: add them to _hooks() with the parameters it expects"
 
 
-# Every private name of another library that mpinb reads, writes, calls or overrides, by what it
-# belongs to: a release that renames one fails here, by name, rather than in a rank. (mpi4py's are
-# read from its type stubs: importing mpi4py.MPI would initialize MPI in the test process.)
+# Every other private name of another library that mpinb reads, writes, calls or overrides (those
+# of the methods it replaces, and the attributes they read, are _hooks()'), by what it belongs to:
+# a release that renames one fails here, by name, rather than in a rank. (mpi4py's are read from
+# its type stubs: importing mpi4py.MPI would initialize MPI in the test process.)
 _THEIR_PRIVATES = {
     "mpi4py.MPI": {"_addressof", "_handleof", "_sizeof", "_typedict", "_comm_lock"},
     "ipyparallel.Client": {"_build_targets", "_control_stream", "_send", "_notification_handlers"},
     "ipyparallel.AsyncResult": {"_metadata"},
     "ipykernel.ipkernel.IPythonKernel": {"_publish_debug_event"},
-    "ipyparallel.engine.app.IPEngine": {"_signal_stop"},
-    "ipykernel.iostream.OutStream": {"_watch_pipe_fd", "_fid", "_should_watch", "_original_stdstream_copy", "_exc"},
     "pdb.Pdb": {"_cmdloop"},
     "runpy": {"_run_module_as_main"},
     "sys": {"_getframe", "_current_frames"},
@@ -322,7 +328,7 @@ def _our_attribute_names() -> set[str]:
     methods set on ``self`` or ``cls``."""
     ours: set[str] = set()
     for path in _modules():
-        for cls in ast.walk(ast.parse(path.read_text())):
+        for cls in ast.walk(_tree(path)):
             if not isinstance(cls, ast.ClassDef):
                 continue
             for node in cls.body:
@@ -347,13 +353,14 @@ def test_every_private_name_of_another_library_that_mpinb_uses_is_fenced():
     """An attribute ``x._name`` read, written or called on anything but ``self``, ``cls`` or one of
     mpinb's modules, whose name no class of mpinb defines, is another library's private name; a
     method of a class of mpinb that overrides a private one of its base (``RankPdb._cmdloop``) is
-    too. Each must be in _THEIR_PRIVATES, which the test above checks against the library."""
-    fenced = set().union(*_THEIR_PRIVATES.values())
+    too. Each must be in _THEIR_PRIVATES or _hooks(), which the tests above check against the library."""
+    fenced = set().union(*_THEIR_PRIVATES.values(), *(
+        {*methods, *attributes} for _, methods, attributes in _hooks().values()))
     ours = _our_attribute_names()
     unfenced: set[tuple[str, str]] = set()  # (where, name)
     overrides: set[tuple[str, str]] = set()
     for path in _modules():
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         modules_of_mpinb = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                             and (node.level or (node.module or "").startswith("mpinb")) for alias in node.names}
         external: dict[str, str] = {}  # a name this module imported from another library -> its dotted name
@@ -628,7 +635,7 @@ def test_each_test_that_makes_hosts_or_drives_a_browser_is_marked_so(every_test)
     makers = {"multihost_cluster": "hosts", "slurm_cluster": "hosts", "browser": "browser"}
     needs: dict[str, set[str]] = {}
     for path in (ROOT / "tests").rglob("test_*.py"):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         top = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
         top |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
         needs[f"tests/{path.relative_to(ROOT / 'tests')}"] = {mark for name, mark in makers.items() if name in top}
@@ -663,7 +670,7 @@ def test_the_tests_import_their_helpers_as_modules_and_never_the_benchmarks():
     for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "workloads").rglob("*.py")]:
         if path.parent.name == "scripts":  # (programs the tests run, one broken on purpose)
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             bad = [name for name in names if name.split(".")[0] in ("conftest", "bench", "tests")]
