@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[tutorials,test,docs,$(MPI)]'
-	$(BIN)/python -m mpinb._native
+	$(BIN)/python -m mpinb.common._tracer_build
 	touch $@
 
 # The MPI kernel goes into this environment; `mpinb lab` adds --allow-root when run as root.
@@ -41,7 +41,7 @@ fonts:
 # What the tests need from Debian: chromium for the browser tests (Playwright cannot download
 # browsers here), slurm-wlm for real Slurm clusters, and libpmix-dev, the PMIx library that
 # Slurm's mpi/pmix plugin loads (as libpmix.so) to start Open MPI ranks, gcc, which the MPI
-# wheels' mpicc calls to build the C tracer (mpinb/_native.py), and npm, which brings the
+# wheels' mpicc calls to build the C tracer (mpinb/common/_tracer_build.py), and npm, which brings the
 # TypeScript that `make lint` checks the widgets with, and fonts-noto-cjk, the Chinese font that
 # the Chinese tutorials' plots, the docs site and the browser's screenshots draw Chinese with.
 # One apt-get update, once.

@@ -183,7 +183,7 @@ def light_collect(ranks: int) -> float:
 
 def light_trace(ranks: int) -> tuple[float, float]:
     """(ms to build and match, bytes per rank pickled) for one ring exchange on ``ranks`` ranks."""
-    from mpinb._events import RECV, SEND
+    from mpinb.common._events import RECV, SEND
     from mpinb.trace import Trace
 
     recorded = {}

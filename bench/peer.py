@@ -6,7 +6,7 @@ from typing import Any
 
 import psutil
 
-from mpinb._leftover_files import mpi_files, remove_files
+from mpinb.common._leftover_files import mpi_files, remove_files
 
 
 def stop_ipyparallel(cluster: Any, client: Any = None) -> None:

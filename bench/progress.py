@@ -75,7 +75,7 @@ def _notebook_side(pool: mpinb.Pool, wrapped: bool, seconds: float = 5.0) -> tup
 
 
 def progress_rows() -> list[tuple]:
-    from mpinb._progress import EVERY, FULL_RATE_RANKS
+    from mpinb.common._progress import EVERY, FULL_RATE_RANKS
 
     rows = []
     for n in (4, 16):

@@ -19,7 +19,7 @@ import ipyparallel as ipp
 import psutil
 
 import mpinb
-from mpinb._leftover_files import remove_files
+from mpinb.common._leftover_files import remove_files
 from mpinb.pool import find_mpiexec
 
 from .peer import peer_segments, stop_ipyparallel

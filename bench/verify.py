@@ -94,11 +94,11 @@ def findings_rows() -> list[tuple]:
 
 def look_rows(ranks: int = 4, communicators: int = 20) -> list[tuple]:
     """What every traced run pays on each rank when it ends, to find messages no receive took and
-    communicators dropped unfreed (``mpinb.rank._left_behind.look``: a probe per live communicator),
+    communicators dropped unfreed (``mpinb.rank.mpi._left_behind.look``: a probe per live communicator),
     against the time of an empty traced run as a user sees it."""
     with mpinb.Pool(ranks) as pool:
         pool.run(f"kept = [comm.Split(rank % 2) for _ in range({communicators})]")
-        timing = ("import time\nfrom mpinb.rank import _left_behind, _world\nbegan = time.perf_counter()\n"
+        timing = ("import time\nfrom mpinb.rank.mpi import _left_behind, _world\nbegan = time.perf_counter()\n"
                   "for _ in range(2000):\n    _left_behind.look(_world.traced_world())\n"
                   "(time.perf_counter() - began) / 2000 * 1e6")
         per_look = max(pool.run(timing).value.values())

@@ -36,7 +36,7 @@ _EXPORTS = {
     "current_pool": ".notebook",
     "last_trace": ".notebook",
     "load_ipython_extension": ".notebook",
-    "progress": "._progress",
+    "progress": ".common._progress",
     "set_language": "._language",
     "unload_ipython_extension": ".notebook",
 }
@@ -44,7 +44,7 @@ _EXPORTS = {
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is imported on first use
     from ._breakpoint import breakpoint
     from ._language import set_language
-    from ._progress import progress
+    from .common._progress import progress
     from .errors import (
         CellSyntaxError,
         DeadlockError,

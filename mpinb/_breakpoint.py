@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from ._ranges import Targets, parse_ranks
+from .common._ranges import Targets, parse_ranks
 
 
 def breakpoint(ranks: Targets = None, condition: str | bool | Callable[[], object] | None = None) -> None:

@@ -9,7 +9,7 @@ JupyterLab's CSS variables in the widgets' CSS files.
 
 from __future__ import annotations
 
-from ._events import KIND_NAMES
+from .common._events import KIND_NAMES
 
 # Tableau 10, colour-blind friendly: ranks take its colours in turn.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
@@ -17,7 +17,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
 BLUE, ORANGE, GREEN, RED, TEAL, _YELLOW, PURPLE, PINK, BROWN, GREY = PALETTE
 
 # A traced call's box, by its kind's number (send, recv, collective, wait, probe, rma, epoch, io:
-# mpinb._events); a one-sided transfer's arrow has its call's colour.
+# mpinb.common._events); a one-sided transfer's arrow has its call's colour.
 KIND_COLORS = (BLUE, GREEN, ORANGE, BROWN, GREY, PURPLE, TEAL, PINK)
 WAIT_COLOR = "rgba(214,39,40,0.85)"  # the part of a call spent waiting for another rank
 PATH_COLOR = "rgba(176,21,26,0.9)"  # the critical path

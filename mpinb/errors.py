@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._language import say
-from ._ranges import format_ranks
+from .common._ranges import format_ranks
 
 if TYPE_CHECKING:
-    from ._protocol import WaitState
+    from .common._protocol import WaitState
     from .pool._hang import Diagnosis
     from .pool._result import RankFailure, RunResult
     from .pool._stacks import Stacks

@@ -117,7 +117,7 @@ def kernel_temporary_folders() -> set[str]:
             if not ((pid := path.rpartition("_")[2]).isdigit() and psutil.pid_exists(int(pid)))}
 
 
-# Which MPI writes the files of each prefix in mpinb._leftover_files: a test session looks only at its
+# Which MPI writes the files of each prefix in mpinb.common._leftover_files: a test session looks only at its
 # own MPI's, so that sessions on other MPIs can go beside it (Intel MPI's launcher writes none of
 # them); beside one on the same MPI, it counts only what no live process holds.
 WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPICH",
@@ -127,8 +127,8 @@ WRITTEN_BY = {"/dev/shm/mpich_shm_": "MPICH", "/tmp/hydra_hwloc_xmlfile_": "MPIC
 
 def mpi_temporary_files() -> set[str]:
     """This MPI's shared-memory segments and the temporary files and folders its launcher writes
-    (see mpinb._leftover_files)."""
-    from mpinb._leftover_files import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
+    (see mpinb.common._leftover_files)."""
+    from mpinb.common._leftover_files import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
     ours = this_mpi()
     prefixes = [prefix for prefix in LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES if WRITTEN_BY[prefix] == ours]
@@ -183,7 +183,7 @@ def this_mpi() -> str:
 def files_of_pool(pool) -> set[str]:
     """The MPI segments that the pool's ranks map and the launcher files their parents (MPICH's
     proxies) hold open: this pool's own, whatever other pools on the machine write meanwhile."""
-    from mpinb._leftover_files import launcher_files, mpi_segments
+    from mpinb.common._leftover_files import launcher_files, mpi_segments
 
     pids = [state["pid"] for state in pool.status()]
     parents = set()
@@ -197,7 +197,7 @@ def files_of_pool(pool) -> set[str]:
 
 def in_use() -> set[str]:
     """Every such file that a process on this machine has open or mapped (another pool's is not ours)."""
-    from mpinb._leftover_files import mpi_files
+    from mpinb.common._leftover_files import mpi_files
 
     return {path for path, _ in mpi_files(proc.pid for proc in psutil.process_iter())}
 

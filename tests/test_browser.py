@@ -352,7 +352,7 @@ def test_inspect_and_stacks_render_in_jupyterlab(tmp_path, artifacts, existing_p
     assert not wait_until_gone(15, existing_pools)
 
 
-# Accepted or refused alike by mpinb._ranges.parse_ranks and trace.js's rank filter; for those
+# Accepted or refused alike by mpinb.common._ranges.parse_ranks and trace.js's rank filter; for those
 # accepted, the ranks of 0-15 that each selects.
 RANK_TEXTS = ["", "all", "*", " * ", "0", "3", "0-3", "0-3,6", " 1 , 2 - 2 ", "03", "0,0", "15", "3-1", "a",
               "1-", "-1", "1--2", "1-2-3", "2,,3", "0,", "+3", "1_0", "\u0663", "0x3", "1.5", "\t1", "0-30",
@@ -363,7 +363,7 @@ RANK_TEXTS = ["", "all", "*", " * ", "0", "3", "0-3", "0-3,6", " 1 , 2 - 2 ", "0
 def test_the_trace_views_rank_filter_follows_the_python_rule():
     from playwright.sync_api import sync_playwright
 
-    from mpinb._ranges import parse_ranks
+    from mpinb.common._ranges import parse_ranks
 
     source = (Path(__file__).parent.parent / "mpinb" / "widgets" / "trace.js").read_text()
     with sync_playwright() as play:

@@ -29,8 +29,8 @@ import pytest
 from _processes import ARTIFACTS, wait_until_gone
 
 import mpinb
-from mpinb._ranges import parse_ranks
-from mpinb._shared import SHARED_MEMORY
+from mpinb.common._ranges import parse_ranks
+from mpinb.common._shared_memory import SHARED_MEMORY
 
 pytestmark = [pytest.mark.every_mpi, pytest.mark.hosts]
 

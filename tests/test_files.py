@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import mpinb
-from mpinb._events import COLLECTIVE, IO
+from mpinb.common._events import COLLECTIVE, IO
 from mpinb.trace._svg import space_time_svg
 
 pytestmark = pytest.mark.every_mpi

@@ -382,7 +382,7 @@ def test_interrupts_reach_user_code_only(pool4):
     pool4.interrupt()  # idle ranks
     time.sleep(0.3)
     res = pool4.run("type(MPI.COMM_WORLD).__module__, MPI.Request.__module__, comm.allreduce(1)")
-    assert set(res.value.values()) == {("mpinb.rank._traced", "mpinb.rank._requests", 4)}
+    assert set(res.value.values()) == {("mpinb.rank.mpi._traced", "mpinb.rank.mpi._requests", 4)}
 
 
 
@@ -531,9 +531,9 @@ def test_ranks_out_of_step_restart_instead_of_hanging(pool3, spoil):
     """A rank whose state says it cannot join the others' fresh world refuses at once: the pool
     starts fresh processes instead of entering a collective that cannot complete."""
     if spoil == "generation":
-        pool3.run("import mpinb.rank._tracing as t\nif rank == 1:\n    t.generation += 5")
+        pool3.run("import mpinb.rank.mpi._tracing as t\nif rank == 1:\n    t.generation += 5")
     else:
-        pool3.run("import mpinb.rank._tracing as t\nif rank == 1:\n    t.own_calls['started'] += 1")
+        pool3.run("import mpinb.rank.mpi._tracing as t\nif rank == 1:\n    t.own_calls['started'] += 1")
     began = time.monotonic()
     with pytest.raises(TimeoutError) as info:
         pool3.run("import time\ntime.sleep(30)", timeout=0.5)
@@ -593,7 +593,7 @@ def test_an_abandoned_request_that_completes_later_is_let_go(any_pool):
     """A request is held only while MPI may still use its buffer."""
     if any_pool.size < 2:
         pytest.skip("needs a peer")
-    code = ("import numpy as np\nfrom mpinb.rank import _waiting\nbuf = np.ones(2**20)\n"
+    code = ("import numpy as np\nfrom mpinb.rank.mpi import _waiting\nbuf = np.ones(2**20)\n"
             "if rank == 0:\n    _waiting.abandon(plain.Isend(buf, dest=1, tag=9))\n_waiting.held()")
     plain = "plain = MPI.COMM_WORLD.Dup()\n"  # untraced: mpinb's tracer would wait for it itself
     held = any_pool.run(plain + code).value

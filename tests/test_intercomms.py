@@ -1,5 +1,5 @@
 """Intercommunicators between groups of a pool's ranks: made, used and merged, traced and
-hang-safe (see mpinb.rank._intercomms)."""
+hang-safe (see mpinb.rank.mpi._intercomms)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 
 import mpinb
-from mpinb._events import COLLECTIVE
+from mpinb.common._events import COLLECTIVE
 
 pytestmark = [pytest.mark.every_mpi,
               pytest.mark.timeout(90)]

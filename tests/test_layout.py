@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -18,10 +19,10 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mpinb"
-# What both sides share (standard library and numpy only, plus each other); the rank side may use
-# these and nothing else of mpinb. _native builds the C tracer: `make install` runs it in the
-# notebook's environment, a rank runs it at first use.
-SHARED = {"_events", "_leftover_files", "_progress", "_protocol", "_ranges", "_shared", "_values", "_native"}
+# What both sides share, in mpinb/common/ (standard library and numpy only, plus each other); the rank
+# side may use these and nothing else of mpinb. _tracer_build builds the C tracer: `make install`
+# runs it in the notebook's environment, a rank runs it at first use.
+COMMON = PACKAGE / "common"
 # What else a shared module may import at module level (mpi4py only inside functions: its import
 # initializes MPI, which the notebook must never do).
 THIRD_PARTY_IN_SHARED = {"numpy"}
@@ -80,14 +81,24 @@ def _is_module(dotted: str) -> bool:
 
 
 def _is_shared(name: str) -> bool:
-    parts = name.split(".")
-    return len(parts) >= 2 and parts[1] in SHARED
+    return name == "mpinb.common" or name.startswith("mpinb.common.")
 
 
 def test_the_rank_side_imports_only_itself_and_the_shared_modules():
     wrong = [(_dotted(path), name) for path in (PACKAGE / "rank").rglob("*.py") for name, _ in _imports(path)
              if not (name.startswith("mpinb.rank") or _is_shared(name))]
     assert not wrong, f"rank-side modules import notebook-side ones (a rank must not load them): {wrong}"
+
+
+def test_the_traced_mpi_layer_never_imports_the_ranks_runtime():
+    """``rank/mpi/`` runs where no engine does (a spawn's children, a script under plain mpiexec), so
+    its arrows point one way: the runtime in ``rank/`` imports it, never the reverse."""
+    layer = PACKAGE / "rank" / "mpi"
+    wrong = [(_dotted(path), name) for path in layer.rglob("*.py") for name, _ in _imports(path)
+             if not (name.startswith("mpinb.rank.mpi") or _is_shared(name))]
+    assert not wrong, f"the traced-MPI layer imports the rank's runtime: {wrong}"
+    runtime = [path.stem for path in (PACKAGE / "rank").glob("*.py")]
+    assert "_execute" in runtime and "_traced" not in runtime, "the two folders are not where this rule looks"
 
 
 def test_the_notebook_side_never_imports_the_rank_side_at_module_level():
@@ -100,9 +111,7 @@ def test_the_notebook_side_never_imports_the_rank_side_at_module_level():
 
 
 def test_the_shared_modules_belong_to_neither_side():
-    for path in PACKAGE.glob("*.py"):
-        if path.stem not in SHARED:
-            continue
+    for path in COMMON.glob("*.py"):
         wrong = [name for name, _ in _imports(path) if not _is_shared(name)]
         assert not wrong, f"{path.name} imports one side's modules: {wrong}"
         tree = _tree(path)
@@ -183,6 +192,37 @@ def test_the_notebooks_session_is_an_object_not_module_globals():
     assert not rebinding, f"global statements on the notebook side: {rebinding}"
 
 
+def test_no_module_writes_another_modules_variables():
+    """A module's variables have one writer, the module itself: another sets them through its
+    functions (``_progress.publish_through``), never by ``other.name = ...``."""
+    writes = []
+    for path in _modules():
+        tree = _tree(path)
+        modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   for alias in node.names if node.level and _is_module_name(path, node, alias.name)}
+        modules |= {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names if alias.asname and alias.name.startswith("mpinb")}
+        writes += [f"{_dotted(path)}:{node.lineno} {ast.unparse(target)}" for node in ast.walk(tree)
+                   for target in _assigned(node)
+                   if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                   and target.value.id in modules]
+    assert not writes, f"modules that write another module's variables: {writes}"
+
+
+def _assigned(node: ast.AST) -> list[ast.expr]:
+    """What an assignment statement writes, a tuple's parts one by one."""
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+    return [part for target in targets for part in (target.elts if isinstance(target, ast.Tuple) else [target])]
+
+
+def _is_module_name(path: Path, node: ast.ImportFrom, name: str) -> bool:
+    """Whether ``from <node's module> import name`` in ``path`` imports a module of mpinb."""
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return _is_module(".".join(base + ([node.module] if node.module else []) + [name]))
+
+
 def test_handlers_are_found_in_tables_not_by_names_built_from_strings():
     """``getattr(self, f"_{word}")`` hides which methods are reachable from readers and tools, and
     reaches helpers nobody meant to expose: the magics, the exporter and the debug adapter keep
@@ -200,7 +240,7 @@ def test_the_trace_modules_share_their_helpers_through_a_leaf():
     """``Trace`` and its views (waits, critical path, SVG, Chrome trace) share their array helpers
     through the leaf ``_arrays``."""
     leaf = {name for name, _ in _imports(PACKAGE / "trace" / "_arrays.py")}
-    assert leaf <= {"mpinb._events"}, f"trace/_arrays.py must stay a leaf; it imports {sorted(leaf)}"
+    assert leaf <= {"mpinb.common._events"}, f"trace/_arrays.py must stay a leaf; it imports {sorted(leaf)}"
 
 
 def test_no_module_imports_another_ones_private_names():
@@ -438,9 +478,13 @@ def test_the_guides_table_of_tutorials_names_each_one_in_order():
     assert listed == tutorials
 
 
-def test_the_map_calls_shared_exactly_the_shared_modules():
-    marked = set(re.findall(r"^  (_\w+)\.py\s+shared:", _map(), re.MULTILINE))
-    assert marked == SHARED, f"the map marks {sorted(marked)} as shared; the rule (SHARED above) is {sorted(SHARED)}"
+def test_the_map_puts_exactly_the_shared_modules_under_common():
+    lines = _map().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  common/"))
+    block = itertools.takewhile(lambda line: line.startswith("    "), lines[start + 1:])
+    listed = {match[1] for line in block if (match := re.match(r"    (_\w+)\.py", line))}
+    present = {path.stem for path in COMMON.glob("_*.py")} - {"__init__"}
+    assert listed == present, f"the map lists {sorted(listed)} under common/; the folder holds {sorted(present)}"
 
 
 def test_the_readme_is_a_front_page_that_leads_to_every_page_of_the_guide():

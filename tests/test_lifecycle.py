@@ -437,7 +437,7 @@ def test_each_leftover_file_is_told_apart_by_the_mpi_that_writes_it():
     side by side: each prefix that mpinb cleans up must say which MPI writes it."""
     from _processes import WRITTEN_BY
 
-    from mpinb._leftover_files import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
+    from mpinb.common._leftover_files import LAUNCHER_FILE_PREFIXES, MPI_SEGMENT_PREFIXES
 
     assert set(WRITTEN_BY) == set(LAUNCHER_FILE_PREFIXES + MPI_SEGMENT_PREFIXES)
     assert set(WRITTEN_BY.values()) <= {"MPICH", "Open MPI", "Intel MPI"}

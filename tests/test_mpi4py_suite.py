@@ -179,7 +179,7 @@ def _kill_with_what_mpi_left(run: subprocess.Popen) -> None:
     files that its processes would have removed at their end."""
     import psutil
 
-    from mpinb._leftover_files import launcher_sessions, mpi_files, remove_files, remove_folders
+    from mpinb.common._leftover_files import launcher_sessions, mpi_files, remove_files, remove_folders
     from mpinb.pool._watchdog import freeze_trees, kill
 
     frozen: list[psutil.Process] = []

@@ -29,7 +29,7 @@ from multihost_cluster import (
 )
 
 import mpinb
-from mpinb._ranges import parse_ranks
+from mpinb.common._ranges import parse_ranks
 from mpinb.notebook import _session as session
 from mpinb.pool import _launch
 from mpinb.pool._launch import find_mpiexec

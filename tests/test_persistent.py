@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import mpinb
-from mpinb._events import COLLECTIVE, PROBE
+from mpinb.common._events import COLLECTIVE, PROBE
 
 pytestmark = pytest.mark.every_mpi
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mpinb
-from mpinb._values import ReprOnly
+from mpinb.common._values import ReprOnly
 
 pytestmark = pytest.mark.every_mpi
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import mpinb
-from mpinb import _progress
+from mpinb.common import _progress
 from mpinb.pool._launch import plain_mpiexec
 from mpinb.widgets.progress import ProgressBars, ProgressView
 

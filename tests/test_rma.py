@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mpinb
-from mpinb._events import COLLECTIVE, EPOCH, RMA
+from mpinb.common._events import COLLECTIVE, EPOCH, RMA
 from mpinb.trace._waits import explain
 
 pytestmark = pytest.mark.every_mpi

@@ -127,7 +127,7 @@ def test_each_run_imports_the_scripts_modules_anew(pool4, tmp_path):
         (tmp_path / "mod_helper.py").write_text("from mpi4py import MPI\ncomm = MPI.COMM_WORLD\nVALUE = 2\n")
         second = pool4.run_file(script)
         assert set(first.stdout.values()) == {"1 True mpi4py.MPI\n"}
-        assert set(second.stdout.values()) == {"2 True mpinb.rank._traced\n"}
+        assert set(second.stdout.values()) == {"2 True mpinb.rank.mpi._traced\n"}
         kept = pool4.run("import mod_helper\n(mod_helper is cells_helper, mod_helper.VALUE)")
         assert set(kept.value.values()) == {(True, 1)}
     finally:

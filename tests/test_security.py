@@ -19,7 +19,7 @@ import zmq
 from _processes import SKIP_ON_INTEL, intel_mpi, wait_until_gone
 
 import mpinb
-from mpinb._leftover_files import mpi_segments
+from mpinb.common._leftover_files import mpi_segments
 
 pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL]
 
@@ -85,7 +85,7 @@ def test_a_local_pool_listens_in_a_folder_of_its_user_only():
 
 
 def test_the_profile_logs_and_shared_memory_files_are_private():
-    from mpinb import _shared
+    from mpinb.common import _shared_memory
 
     np = pytest.importorskip("numpy")
     with mpinb.Pool(2) as pool:
@@ -94,11 +94,11 @@ def test_the_profile_logs_and_shared_memory_files_are_private():
             assert _private(folder), folder
         pool.push({"big": np.arange(2**18, dtype=float)})  # 2 MB: through /dev/shm
         assert pool.run("float(big.sum())").value[1] == float(np.arange(2**18).sum())
-    shared = _shared.write(np.ones(2**18))
+    shared = _shared_memory.write(np.ones(2**18))
     try:
         assert stat.S_IMODE(os.stat(shared["path"]).st_mode) == 0o600
     finally:
-        _shared.remove(shared["path"])
+        _shared_memory.remove(shared["path"])
 
 
 @pytest.mark.unit
@@ -158,7 +158,7 @@ def _stranger_with_keys(kind: int, address: str, hub_public: bytes) -> zmq.Socke
 
 @pytest.mark.unit
 def test_an_encrypted_relay_lets_in_the_ranks_key_only():
-    from mpinb._protocol import relay_keys
+    from mpinb.common._protocol import relay_keys
     from mpinb.rank._relay import _HELLO, _Hub, _Signer
 
     signer = _Signer(os.urandom(32))
@@ -214,7 +214,7 @@ def test_a_frame_larger_than_a_reply_may_be_never_reaches_rank_0s_memory():
 def test_a_reply_too_large_for_the_relay_is_fetched_from_its_rank_exactly(monkeypatch):
     import numpy as np
 
-    from mpinb._protocol import KEPT_REPLY
+    from mpinb.common._protocol import KEPT_REPLY
     from mpinb.pool._pending import Relayed
     from mpinb.rank._relay import MAX_REPLY_BYTES
 

@@ -19,7 +19,7 @@ import pytest
 from _processes import ARTIFACTS
 
 import mpinb
-from mpinb._shared import SHARED_MEMORY
+from mpinb.common._shared_memory import SHARED_MEMORY
 
 pytestmark = pytest.mark.slow
 

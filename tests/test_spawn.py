@@ -168,7 +168,7 @@ def test_a_spawned_program_runs_as_python_runs_it(tmp_path):
              "print(json.dumps([__name__, [os.path.basename(a) for a in sys.argv], os.path.basename(sys.path[0]),\n"
              "                  type(pickle.loads(pickle.dumps(Thing()))).__name__]))\n")
     (tmp_path / "probe.py").write_text(probe)
-    bootstrap = "import sys\nfrom mpinb.rank._spawned import run\nrun(sys.argv[1:])"
+    bootstrap = "import sys\nfrom mpinb.rank.mpi._spawned import run\nrun(sys.argv[1:])"
     for program in (["probe.py", "x", "-y"], ["-m", "probe", "z"], ["-c", probe, "w"]):
         plain = subprocess.run([sys.executable, *program], cwd=tmp_path, capture_output=True, text=True, timeout=30)
         booted = subprocess.run([sys.executable, "-c", bootstrap, *program], cwd=tmp_path, capture_output=True,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mpinb
-from mpinb._events import COLLECTIVE, RECV
+from mpinb.common._events import COLLECTIVE, RECV
 from mpinb.trace._svg import summary_text
 
 pytestmark = pytest.mark.every_mpi
@@ -228,7 +228,7 @@ def test_untraced_runs_use_mpi4py_objects_directly(pool4):
     assert all("does not start" in v.why for v in res.value.values())
     assert "mpi4py.MPI" not in sys.modules, "the notebook's process never initializes MPI"
     res = pool4.run(who)
-    assert set(res.value.values()) == {(False, True, "mpinb.rank._requests")}
+    assert set(res.value.values()) == {(False, True, "mpinb.rank.mpi._requests")}
 
 
 def test_twins_look_like_mpi4py_objects(pool4):
@@ -636,7 +636,7 @@ def test_chrome_export_carries_wait_states_and_unfinished_calls(pool4):
     assert open_call["name"] == "recv" and open_call["tid"] == 0
 
 
-# -- the C tracer (mpinb/rank/_tracer.c) and the Python tracer it falls back to --------------------
+# -- the C tracer (mpinb/rank/mpi/_tracer.c) and the Python tracer it falls back to --------------------
 
 def test_the_ranks_trace_their_hottest_calls_in_c(pool4):
     assert pool4.tracer == "C", "make install builds the C tracer: without it every traced call is slower"
@@ -645,8 +645,8 @@ def test_the_ranks_trace_their_hottest_calls_in_c(pool4):
                     "  getattr(comm, name).__doc__ == getattr(MPI.Intracomm, name).__doc__)\n"
                     " for name in ('Send', 'Recv', 'send', 'recv', 'Allreduce')]")
     expected = [("Method", module, name, True) for name, module in (
-        ("Send", "mpinb.rank._p2p"), ("Recv", "mpinb.rank._p2p"), ("send", "mpinb.rank._p2p"),
-        ("recv", "mpinb.rank._p2p"), ("Allreduce", "mpinb.rank._collectives"))]
+        ("Send", "mpinb.rank.mpi._p2p"), ("Recv", "mpinb.rank.mpi._p2p"), ("send", "mpinb.rank.mpi._p2p"),
+        ("recv", "mpinb.rank.mpi._p2p"), ("Allreduce", "mpinb.rank.mpi._collectives"))]
     assert set(map(str, res.value.values())) == {str(expected)}
     assert {row["tracer"] for row in pool4.status()} == {"C"}
 
@@ -826,13 +826,13 @@ def changed_bits(traced: dict[int, list], untraced: dict[int, list]) -> list[str
 
 def blocking_reductions(pool) -> list[str]:
     """The reductions that this MPI's traced calls run as the blocking call (see _collectives)."""
-    return pool.run("from mpinb.rank._collectives import BLOCKING_AFTER_AGREEMENT\n"
+    return pool.run("from mpinb.rank.mpi._collectives import BLOCKING_AFTER_AGREEMENT\n"
                     "sorted(BLOCKING_AFTER_AGREEMENT)").value[0]
 
 
 def enters_ahead(pool) -> bool:
-    """Whether this pool's traced Allreduce enters MPI ahead of its members (mpinb.rank._entered_ahead)."""
-    return pool.run("from mpinb.rank import _entered_ahead\n_entered_ahead.counts()['on']").value[0]
+    """Whether this pool's traced Allreduce enters MPI ahead of its members (mpinb.rank.mpi._entered_ahead)."""
+    return pool.run("from mpinb.rank.mpi import _entered_ahead\n_entered_ahead.counts()['on']").value[0]
 
 
 def test_members_in_different_reductions_are_told_so(pool4):
@@ -867,7 +867,7 @@ def test_an_allreduce_enters_mpi_ahead_of_its_members(pool4):
     wait for the members to agree first; the sums are MPI's own."""
     if not enters_ahead(pool4):
         pytest.skip("this pool's traced Allreduce is polled, or agrees first")
-    cell = ("from mpinb.rank import _entered_ahead\nimport time\nbefore = _entered_ahead.counts()\n"
+    cell = ("from mpinb.rank.mpi import _entered_ahead\nimport time\nbefore = _entered_ahead.counts()\n"
             "x = np.full(1000, rank + 1.0); y = np.empty(1000)\nsub = comm.Split(rank % 2)\nz = np.zeros(1000)\n"
             "for i in range(30):\n    if rank == 3 and i % 10 == 0:\n        time.sleep(0.05)\n"
             "    comm.Allreduce(x, y)\n    sub.Allreduce(MPI.IN_PLACE, z) if i == 0 else sub.Allreduce(x, z)\n"
@@ -901,7 +901,7 @@ def test_reductions_on_two_communicators_in_opposite_orders_are_released(pool4):
 
 
 # A reduction that runs as the blocking call is first tried on a revoked copy, unless arguments of
-# the same key passed that already (mpinb/rank/_tracer.c, CallKey): after a run of good calls, each
+# the same key passed that already (mpinb/rank/mpi/_tracer.c, CallKey): after a run of good calls, each
 # way one rank's arguments change must still be tried, or the others would block for good.
 CHANGED_ARGUMENTS = {
     "read-only receive buffer": ("y.setflags(write=False)", "BufferError"),
@@ -918,7 +918,7 @@ def test_a_reduction_whose_arguments_change_on_one_rank_is_refused_there_alone(p
     if "Allreduce" not in blocking_reductions(pool4):
         pytest.skip("this MPI's traced reductions are polled nonblocking calls (nothing is rehearsed)")
     change, error = CHANGED_ARGUMENTS[case]
-    if ("operation" in case and not pool4.run("from mpinb.rank._collectives import _REVOCABLE\n_REVOCABLE").value[0]
+    if ("operation" in case and not pool4.run("from mpinb.rank.mpi._collectives import _REVOCABLE\n_REVOCABLE").value[0]
             and not enters_ahead(pool4)):
         pytest.skip("only MPI refuses this, this MPI cannot revoke a rehearsal's copy, and the others agreed first "
                     "(docs/guide/hangs.md: the pool restarts)")

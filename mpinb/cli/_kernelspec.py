@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 
-from .._ranges import rank_count
+from ..common._ranges import rank_count
 
 KERNEL_NAME = "mpinb"
 

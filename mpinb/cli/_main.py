@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from .. import __version__
-from .._ranges import rank_count_in_text
+from ..common._ranges import rank_count_in_text
 from ._tutorials import DEFAULT_FOLDER, checkout_notebooks, copy_tutorials
 
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

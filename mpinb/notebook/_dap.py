@@ -103,7 +103,7 @@ class RankDebugAdapter:
             ranks, self.announced = list(self.announced), []
         pool = session.current_pool()
         if ranks and pool is not None and pool.running:
-            _channel.ask(pool._running(), ranks, "detach")
+            pool.ask_debuggers(ranks, "detach")
         return {}
 
     def _debugInfo(self, arguments: dict) -> dict:
@@ -170,7 +170,7 @@ class RankDebugAdapter:
     def _inspectVariables(self, arguments: dict) -> dict:
         """The variables panel while no rank is stopped: rank 0's namespace."""
         pool = session.current_pool()
-        if pool is None or not pool.running or pool._busy:
+        if pool is None or not pool.running or pool.busy:
             return {"variables": []}
         rows = self._ask(0, "variables")["variables"]
         return {"variables": [_variable(row) for row in rows]}
@@ -269,7 +269,7 @@ class RankDebugAdapter:
         pool = session.current_pool()
         if pool is None or not pool.running:
             raise RuntimeError("no pool is running")
-        answer = _channel.ask(pool._running(), [rank], op, **args)[rank]
+        answer = pool.ask_debuggers([rank], op, **args)[rank]
         wrong = _channel.failure(answer)
         if wrong:
             raise RuntimeError(f"rank {rank}: {wrong}")

@@ -683,7 +683,7 @@ def _indent(lines: list[str]) -> list[str]:
 
 
 def _rank_set(targets: str) -> str:
-    from .._ranges import parse_ranks
+    from ..common._ranges import parse_ranks
 
     ranks = parse_ranks(targets, 1 << 30)
     return "{" + ", ".join(map(str, ranks)) + "}" if len(ranks) <= 16 else f"range({ranks[0]}, {ranks[-1] + 1})"

@@ -12,7 +12,7 @@ import shlex
 
 from IPython.core.error import UsageError
 
-from .._ranges import rank_count_in_text
+from ..common._ranges import rank_count_in_text
 
 # What %%mpi --output and --view accept (the session checks the same for calls from Python).
 OUTPUT_MODES = ("tabs", "merged", "rank0")

@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 
 from .._language import language
-from .._ranges import parse_ranks
+from ..common._ranges import parse_ranks
 from ..errors import PoolStartError
 from ..pool import Pool, default_size
 from . import _session as session

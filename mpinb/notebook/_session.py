@@ -14,7 +14,7 @@ from IPython.display import display
 
 from .._colors import ORANGE
 from .._language import say
-from .._ranges import Targets, format_ranks
+from ..common._ranges import Targets, format_ranks
 from ..errors import CellSyntaxError, PoolError, RankError
 from ..pool._pool import Pool
 from ..pool._result import RunResult

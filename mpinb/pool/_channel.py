@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from .._protocol import DEBUG_REQUEST
+from ..common._protocol import DEBUG_REQUEST
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor

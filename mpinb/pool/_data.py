@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import rank as _rank
 from .._language import say
-from .._ranges import format_ranks
-from .._shared import SharedArray, mapped, remove, remove_written_by, worth_sharing, write
+from ..common._ranges import format_ranks
+from ..common._shared_memory import SharedArray, mapped, remove, remove_written_by, worth_sharing, write
 from ..errors import TransferError, TransferTimeoutError
 from ._supervisor import Supervisor
 

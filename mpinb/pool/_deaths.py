@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from .._ranges import format_ranks
+from ..common._ranges import format_ranks
 from . import _slurm
 from ._hang import death_report, launcher_report, peer_loss_report
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._language import say
-from .._protocol import DEBUG_KEY, WAIT_KEY, DebugState, WaitState
-from .._ranges import format_ranks, parse_ranks
+from ..common._protocol import DEBUG_KEY, WAIT_KEY, DebugState, WaitState
+from ..common._ranges import format_ranks, parse_ranks
 from . import _channel
 from ._hang import describe_wait
 

@@ -1,7 +1,7 @@
 """Why a run hangs: who waits for whom, on which line, and what usually fixes it.
 
 Built in the notebook from what each blocked rank publishes on the status channel (see
-``mpinb.rank._waiting``): a wait-for graph over the ranks, and a cycle in it if there is one.
+``mpinb.rank.mpi._waiting``): a wait-for graph over the ranks, and a cycle in it if there is one.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .._events import place_of
 from .._language import say
-from .._protocol import WAIT_KEY, WaitState
-from .._ranges import format_ranks
+from ..common._events import place_of
+from ..common._protocol import WAIT_KEY, WaitState
+from ..common._ranges import format_ranks
 
 SYNCHRONOUS_SENDS = ("Each rank sends before it receives, with a synchronous send (ssend), which waits for its "
                      "receive whatever the size: every send waits for a receive that its neighbour posts only "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._colors import BLUE, ODD, tint
 from .._language import say
-from .._ranges import format_ranks
+from ..common._ranges import format_ranks
 from . import _channel
 
 if TYPE_CHECKING:

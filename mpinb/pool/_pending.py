@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import rank as _rank
-from .._protocol import DONE_KEY, KEPT_REPLY, Reply
+from ..common._protocol import DONE_KEY, KEPT_REPLY, Reply
 
 RankReply = Reply | BaseException | None  # an exception for a failed request, None if still running
 KEPT_FETCH_TIMEOUT = 60.0  # a large reply left on its rank comes within this (hundreds of MB)

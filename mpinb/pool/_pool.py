@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import psutil
 
 from .. import rank as _rank
-from .._checks import Checked, flag, optional_seconds, positive, seconds
 from .._language import say
-from .._protocol import Hello, Limits
-from .._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
+from ..common._protocol import Hello, Limits
+from ..common._ranges import Targets, format_ranks, parse_ranks, rank_count, rank_count_in_text
 from ..errors import PoolError, PoolStartError, RankDiedError
 from . import _data
+from ._channel import ask
+from ._checks import Checked, flag, optional_seconds, positive, seconds
 from ._deaths import why_dead
 from ._debug import Driver, OnStop, RankSession, first_failing_rank
 from ._inspect import Inspection, inspect
@@ -199,6 +200,11 @@ class Pool:
         """Whether the pool is up, or starting again in the background after a failure."""
         return self._supervisor is not None or self._starting is not None
 
+    @property
+    def busy(self) -> frozenset[int]:
+        """The ranks of the run in flight; empty between runs."""
+        return self._busy
+
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<mpinb.Pool {self.size} ranks, {state}>"
@@ -233,7 +239,7 @@ class Pool:
 
     @property
     def tracer(self) -> str:
-        """``"C"`` when the ranks trace MPI calls in C (mpinb/rank/_tracer.c), else why not."""
+        """``"C"`` when the ranks trace MPI calls in C (mpinb/rank/mpi/_tracer.c), else why not."""
         tracers = {info["tracer"] for info in self._running().ranks_info.values()}
         return tracers.pop() if len(tracers) == 1 else "; ".join(sorted(tracers))
 
@@ -509,6 +515,13 @@ class Pool:
         compared: ranks with equal values grouped, those that differ marked, and for arrays,
         which elements differ. Values do not travel whole (a summary and digests do)."""
         return inspect(self._running(), self.ranks(targets), expression)
+
+    def ask_debuggers(self, ranks: list[int], op: str, **args: Any) -> dict[int, dict]:
+        """Each rank's debugger's answer to ``op`` (``"stackTrace"``, ``"detach"``...), asked on
+        ipyparallel's control channel, which a rank reads while it runs a cell, waits in MPI or is
+        stopped: the route of the MPI kernel's JupyterLab debugger. A rank that does not answer
+        within 3 s gets ``{"status": "timeout"}``."""
+        return ask(self._running(), ranks, op, **args)
 
     def post_mortem(self, rank: int | None = None) -> RankSession:
         """A debugger on ``rank`` (by default the first whose code failed in the last run): at the

@@ -6,7 +6,7 @@ nothing ends. As Linux's child subreaper this process inherits them, and ends th
 has ended. Signals are passed on to mpiexec.
 
 It also removes the session folder that Open MPI's launcher keeps in ``$TMPDIR/ompi.<its pid>``
-when it did not end in order (killed, say), as :mod:`mpinb._leftover_files` describes.
+when it did not end in order (killed, say), as :mod:`mpinb.common._leftover_files` describes.
 
 Run as a script with the standard library only (``python -I -S _reaper.py MPIEXEC ARGS...``):
 it starts beside the ranks and must cost them nothing. Exits with mpiexec's status.
@@ -65,7 +65,7 @@ def remove_session(launcher: int) -> None:
     """Open MPI's launcher's session folder, if it left one: imported only now, so that starting
     mpiexec waits for nothing (mpinb's standard-library module, from this tree)."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from mpinb._leftover_files import launcher_sessions, remove_folders
+    from mpinb.common._leftover_files import launcher_sessions, remove_folders
 
     remove_folders(launcher_sessions([launcher]))
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from .. import rank as _rank
 from .._language import say
-from .._protocol import Settled
-from .._ranges import format_ranks
+from ..common._protocol import Settled
+from ..common._ranges import format_ranks
 from . import _stacks
 from ._deaths import why_dead
 
@@ -126,7 +126,7 @@ def settle(supervisor: Supervisor, waiting_for: list[int], unstarted: dict[int, 
 
 def release_blocked(supervisor: Supervisor, idle: list[int]) -> None:
     """Ask ``idle`` ranks to make the calls that other members entered ahead of them, so that
-    those return (see ``mpinb.rank._entered_ahead``); the ranks that are busy do the same as they
+    those return (see ``mpinb.rank.mpi._entered_ahead``); the ranks that are busy do the same as they
     settle. Not waited for: a rank's later requests queue behind it."""
     client = supervisor.client
     for rank in idle:

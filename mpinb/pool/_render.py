@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from .._colors import ERROR, rank_color, text_color
-from .._ranges import format_ranks
+from ..common._ranges import format_ranks
 
 
 def grouped_values(ranks: list[int], values: dict[int, str]) -> list[tuple[list[int], str]]:

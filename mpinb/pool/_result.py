@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .._protocol import WaitState
-from .._ranges import format_ranks
+from ..common._protocol import WaitState
+from ..common._ranges import format_ranks
 from ..errors import RankError
 from ..trace import Finding, Trace
 from . import _render

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._language import say
-from .._protocol import Reply
-from .._values import unpack
+from ..common._protocol import Reply
+from ..common._values import unpack
 from ..errors import DeadlockError, MPIHangError, RunInterrupted, RunTimeoutError
 from ..trace import Trace
 from ._debug import Breakpoints, Driver

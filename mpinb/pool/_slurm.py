@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from .._ranges import parse_ranks
+from ..common._ranges import parse_ranks
 from ..errors import PoolStartError
 from ._launch import find_mpiexec, launch_environment, mpi_family
 

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._events import place_of
 from .._language import say
-from .._protocol import DebugState, Frame
-from .._ranges import format_ranks
+from ..common._events import place_of
+from ..common._protocol import DebugState, Frame
+from ..common._ranges import format_ranks
 from . import _channel
 
 if TYPE_CHECKING:

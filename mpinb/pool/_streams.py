@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from .._protocol import PROGRESS_KEY
+from ..common._protocol import PROGRESS_KEY
 
 OutputKind = Literal["stdout", "stderr", "display", "reset-stdout", "reset-stderr", "progress", "hang"]
 OutputCallback = Callable[[int, OutputKind, object], None]

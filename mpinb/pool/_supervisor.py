@@ -24,8 +24,15 @@ import psutil
 import zmq
 
 from .. import rank as _rank
-from .._leftover_files import launcher_files, launcher_sessions, mpi_files, mpi_segments, remove_files, remove_folders
-from .._protocol import (
+from ..common._leftover_files import (
+    launcher_files,
+    launcher_sessions,
+    mpi_files,
+    mpi_segments,
+    remove_files,
+    remove_folders,
+)
+from ..common._protocol import (
     DEATHWATCH_ENVIRONMENT,
     EXPECTED_HOST_ENVIRONMENT,
     STACK_SIGNAL,
@@ -33,8 +40,8 @@ from .._protocol import (
     Hello,
     relay_keys,
 )
-from .._ranges import format_ranks
-from .._shared import remove_written_by
+from ..common._ranges import format_ranks
+from ..common._shared_memory import remove_written_by
 from ..errors import PoolStartError
 from . import _slurm
 from ._deathwatch import DeathWatch
@@ -247,8 +254,8 @@ class Supervisor:
     def _sweep_if_we_die(self, cluster: Any) -> None:
         """Tell the watchdog what this pool leaves on disk if the notebook dies without stopping
         it: its folders, ipyparallel's connection and log files, and the shared-memory files of
-        data moves (see mpinb._shared)."""
-        from .._shared import SHARED_MEMORY
+        data moves (see mpinb.common._shared_memory)."""
+        from ..common._shared_memory import SHARED_MEMORY
 
         security = os.path.join(cluster.profile_dir, "security")
         self._tell_watchdog("sweep", self.run_folder or "", self.stacks_folder or "",

@@ -1,7 +1,7 @@
 """Stops a pool's processes when the process that owns the pool dies, even by SIGKILL.
 
 Run as a script (not ``-m``) so that starting it imports nothing of mpinb but the standard-library
-:mod:`mpinb._leftover_files` (and psutil once its owner is gone). The owner keeps this
+:mod:`mpinb.common._leftover_files` (and psutil once its owner is gone). The owner keeps this
 process's stdin open and writes ``watch PID...`` lines; end of file (which the
 kernel delivers when the owner dies) means: terminate those process trees, unlink the MPI
 shared memory their processes had mapped, and remove every path given by a ``sweep PATTERN``
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if __name__ == "__main__":  # a script: its own checkout's (or installation's) mpinb, nothing else
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mpinb._leftover_files import launcher_sessions, mpi_files, remove_files, remove_folders
+from mpinb.common._leftover_files import launcher_sessions, mpi_files, remove_files, remove_folders
 
 if TYPE_CHECKING:
     import psutil

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._protocol import Hello, Limits, RelayKeys, Reply, Settled
-    from .._shared import SharedArray
+    from ..common._protocol import Hello, Limits, RelayKeys, Reply, Settled
+    from ..common._shared_memory import SharedArray
 
 __all__ = ["complete", "fresh_world", "hello", "hub_ready", "init", "inspect_name", "join", "offer", "open_hub",
            "relay", "release_blocked", "run_cell", "run_file", "settle", "spread", "take", "take_kept"]
@@ -111,10 +111,10 @@ def spread(name: str, staged: str) -> None:
 
 
 def take(name: str, shared: SharedArray) -> None:
-    """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb._shared`)."""
+    """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb.common._shared_memory`)."""
     from IPython import get_ipython
 
-    from .._shared import mapped
+    from ..common._shared_memory import mapped
 
     get_ipython().user_ns[name] = mapped(shared)
 
@@ -125,7 +125,7 @@ def offer(name: str, share: bool = True) -> tuple[str, object]:
     sent the usual way; ``("absent", None)`` when this rank has no variable ``name``."""
     from IPython import get_ipython
 
-    from .._shared import worth_sharing, write
+    from ..common._shared_memory import worth_sharing, write
 
     namespace = get_ipython().user_ns
     if name not in namespace:

@@ -15,8 +15,9 @@ import signal
 import threading
 from typing import TextIO
 
-from .._protocol import STACK_SIGNAL, STACKS_ENVIRONMENT, Settled
-from . import _entered_ahead, _relay, _tracing, _waiting
+from ..common._protocol import STACK_SIGNAL, STACKS_ENVIRONMENT, Settled
+from . import _relay
+from .mpi import _entered_ahead, _tracing, _waiting
 
 
 def settle(skip_through: int) -> Settled:

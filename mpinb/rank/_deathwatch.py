@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from .._protocol import DEATHWATCH_ENVIRONMENT as ENVIRONMENT
+from ..common._protocol import DEATHWATCH_ENVIRONMENT as ENVIRONMENT
 
 
 def report_abort(code: int) -> None:

@@ -29,8 +29,9 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from .._protocol import DEBUG_KEY, DEBUG_REPLY, DEBUG_REQUEST, DebugState, Frame
-from . import _user_code, _waiting
+from ..common._protocol import DEBUG_KEY, DEBUG_REPLY, DEBUG_REQUEST, DebugState, Frame
+from . import _user_code
+from .mpi import _waiting
 
 # Modules a step never stops in: mpinb's own calls (a traced send is one step) and the engine
 # that runs the cell (a step past a cell's last line ends the session).

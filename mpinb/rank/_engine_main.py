@@ -113,9 +113,9 @@ def _exit(code: object) -> None:
         except (OSError, ValueError):
             pass
     try:
-        if (spawns := sys.modules.get("mpinb.rank._spawn")) is not None:
+        if (spawns := sys.modules.get("mpinb.rank.mpi._spawn")) is not None:
             spawns.remove_folders()  # of spawns whose run never ended (the pool stopped during it)
-        from mpinb._leftover_files import remove_own_segments  # (the pool removes them too, if no rank got here)
+        from mpinb.common._leftover_files import remove_own_segments  # (the pool removes them too, if no rank got here)
 
         remove_own_segments()
     finally:
@@ -129,7 +129,7 @@ def _refuse_a_host_not_expected() -> None:
     rather than waiting in vain for the controller."""
     import socket
 
-    expected = os.environ.get("MPINB_EXPECTED_HOST")  # EXPECTED_HOST_ENVIRONMENT of mpinb._protocol
+    expected = os.environ.get("MPINB_EXPECTED_HOST")  # EXPECTED_HOST_ENVIRONMENT of mpinb.common._protocol
     here = socket.gethostname()
     if expected and here != expected:
         print(f"mpinb: this rank runs on {here}, not on {expected}, where the pool expects every rank: name the "

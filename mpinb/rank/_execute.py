@@ -22,14 +22,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from .. import _progress
-from .._protocol import Failure, Limits, Reply, failure, reply
-from .._values import pack
-from . import _debugger, _left_behind, _output, _user_code, _waiting, _world
-from ._calls import PACKAGE_DIR
+from ..common import _progress
+from ..common._protocol import Failure, Limits, Reply, failure, reply
+from ..common._values import pack
+from . import _debugger, _output, _user_code
 from ._output import capped_output
-from ._recorder import RECORDER
-from ._tracing import recording
+from .mpi import _left_behind, _waiting, _world
+from .mpi._calls import PACKAGE_DIR
+from .mpi._recorder import RECORDER
+from .mpi._tracing import recording
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL = (_HERE, os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
@@ -93,7 +94,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     and keeping its request (MPI would then use a freed buffer), so there the interrupt is held
     and delivered again a moment later; in mpinb's polled waits, which abandon their requests
     safely, it raises at once."""
-    _waiting.interrupts += 1
+    _waiting.count_interrupt()
     if not _user_code.is_running():
         return
     code = frame.f_code if frame is not None else None

@@ -37,9 +37,10 @@ from typing import Any, TextIO
 
 import zmq
 
-from .. import _protocol
-from .._protocol import DONE_KEY, KEPT_REPLY, Done, RelayKeys, Reply
-from . import _output, _waiting
+from ..common import _protocol
+from ..common._protocol import DONE_KEY, KEPT_REPLY, Done, RelayKeys, Reply
+from . import _output
+from .mpi import _waiting
 
 # How long rank 0 keeps gathering replies after an interrupt: the interrupted ranks answer at
 # once, and one that does not is reported as still running (the notebook waits 2 s in all).

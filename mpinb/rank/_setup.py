@@ -10,8 +10,8 @@ import os
 import socket
 import sys
 
-from .._protocol import Hello
-from .._protocol import hello as hello_message
+from ..common._protocol import Hello
+from ..common._protocol import hello as hello_message
 
 _ready = False
 _failure: str | None = None  # the traceback of a failed start-up, for the pool to show
@@ -36,14 +36,16 @@ def _init() -> None:
     from IPython import get_ipython
     from mpi4py import MPI
 
-    from ._tracing import install
+    from .mpi._tracing import install
 
     _mpi4py_first_among_modules()
 
     world = MPI.COMM_WORLD
-    from ._deathwatch import report_for_duty
+    from ._deathwatch import report_abort, report_for_duty
+    from .mpi._traced import announce_aborts_with
 
     report_for_duty(world.Get_rank())
+    announce_aborts_with(report_abort)
     from ._after_abort import write_stack_on_request
 
     write_stack_on_request(world.Get_rank())
@@ -67,10 +69,10 @@ def _init() -> None:
     from ._debugger import install as serve_the_debugger
 
     serve_the_debugger(kernel)
-    from .. import _progress
-    from ._waiting import publish_data
+    from ..common import _progress
+    from .mpi._waiting import publish_data
 
-    _progress.publisher, _progress.world_size = publish_data, world.Get_size()
+    _progress.publish_through(publish_data, world.Get_size())
     _ready = True
 
 
@@ -127,6 +129,6 @@ def hello() -> Hello:
 
 
 def _tracer_in_use() -> str:
-    from . import _native
+    from .mpi import _native
 
     return "C" if _native.tracer is not None else f"python: {_native.reason}"

@@ -16,8 +16,8 @@ def spread(name: str, staged: str) -> None:
     import numpy as np
     from IPython import get_ipython
 
-    from ._tracing import complete_own
-    from ._world import housekeeping
+    from .mpi._tracing import complete_own
+    from .mpi._world import housekeeping
 
     comm = housekeeping()
     namespace = get_ipython().user_ns

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._events import CART_DERIVING_CALLS
 from .._language import say
+from ..common._events import CART_DERIVING_CALLS
 from ..trace import Trace
 
 Hints = list[str]

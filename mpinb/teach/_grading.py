@@ -99,7 +99,7 @@ def _grade(spec: Exercise, pool, size: int, timeout: float) -> CheckResult:
 
 
 def _ranks(ranks: list[int]) -> str:
-    from .._ranges import format_ranks
+    from ..common._ranges import format_ranks
 
     return format_ranks(ranks)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import COLLECTIVE, RECV, SEND, WAIT
+from ..common._events import COLLECTIVE, RECV, SEND, WAIT
 
 
 def message_halves(events: np.ndarray) -> dict[int, dict[str, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._events import KIND_NAMES
+from ..common._events import KIND_NAMES
 from ._arrays import busy_until
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """What a run did that is likely a bug, found in its trace: the checks of MPI correctness.
 
 On in every traced run (cheap): nonblocking calls that no wait or test saw complete. With
-``verify`` (the ranks noted more, see :mod:`mpinb.rank._verify`): exchanges that finish only
+``verify`` (the ranks noted more, see :mod:`mpinb.rank.mpi._verify`): exchanges that finish only
 because MPI buffered a message or let a collective end early (see :mod:`._synchronous`), a
 message received into a buffer of another element type, the buffer of a nonblocking send
 changed before the send completed, a nonblocking receive's buffer written after the message
@@ -13,7 +13,7 @@ depends on timing.
 Silent under ``mpiexec``: the program may still give the right answer here, and lose a message,
 read a buffer early or hang on another MPI or at another size.
 
-Also on in every traced run: what a run left behind (:mod:`mpinb.rank._left_behind`): a message that
+Also on in every traced run: what a run left behind (:mod:`mpinb.rank.mpi._left_behind`): a message that
 arrived and that no receive took, found by MPI's own probe (a message received by a form mpinb
 does not trace is gone, so it is never told), and a communicator, window or derived datatype
 dropped without ``Free``.
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._events import COLLECTIVE, RECV, REDUCTION_OPS, SEND
 from .._language import language, say
-from .._ranges import format_ranks
+from ..common._events import COLLECTIVE, RECV, REDUCTION_OPS, SEND
+from ..common._ranges import format_ranks
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -84,7 +84,7 @@ def findings(trace: Trace) -> list[Finding]:
 def _collective_mismatches(events, checks: list, comms: dict[str, list[int]],
                            groups: dict[tuple, list[int]]) -> list[Finding]:
     """Collectives whose members gave different amounts of data or reduction ops (noted by a
-    verified run's polled collectives, which do not agree first: see ``rank/_collectives.signature``)."""
+    verified run's polled collectives, which do not agree first: see ``rank/mpi/_collectives.signature``)."""
     found = []
     seen: set[tuple] = set()
     for (comm, _), group in groups.items():
@@ -118,7 +118,7 @@ def _count_mismatches(events, checks: list, comms: dict[str, list[int]],
     """``Allgatherv``, ``Gatherv``, ``Scatterv`` whose counts (the root's, or every member's) do
     not say what each member gives (scattered: takes), and ``Alltoallv``, ``Alltoallw`` whose
     send counts do not say what the partners' receive counts expect, as a verified run noted them
-    (``rank/_verify.counted``). MPI checks only that a message fits: fewer bytes leave the rest of
+    (``rank/mpi/_verify.counted``). MPI checks only that a message fits: fewer bytes leave the rest of
     the member's slot as it was, silently."""
     found = []
     seen: set[tuple] = set()
@@ -254,13 +254,13 @@ def _type_mismatches(events, checks: list, halves: dict[int, dict[str, int]]) ->
 
 
 def _typecode(checks: tuple | None) -> str:
-    """The element type a call's buffer had (see ``mpinb.rank._verify.typed``), or ``""``."""
+    """The element type a call's buffer had (see ``mpinb.rank.mpi._verify.typed``), or ``""``."""
     noted = _noted(checks, "type")
     return noted[0] if noted else ""
 
 
 def _noted(checks: tuple | None, check: str) -> tuple | None:
-    """What a verified run noted of one kind for one call (``rank/_verify``), without its kind."""
+    """What a verified run noted of one kind for one call (``rank/mpi/_verify``), without its kind."""
     return next((what[1:] for what in checks or () if what[0] == check), None)
 
 
@@ -463,7 +463,7 @@ class _Causality:
 
 def _left_behind(trace: Trace) -> list[Finding]:
     """Messages waiting that no receive took, and communicators, windows and derived datatypes
-    dropped unfreed (see ``rank/_left_behind``)."""
+    dropped unfreed (see ``rank/mpi/_left_behind``)."""
     if not any(trace.left.values()):  # (the usual run: the trace's messages are not even matched)
         return []
     events = trace.events

@@ -12,7 +12,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from .._events import COLLECTIVE, IO
+from ..common._events import COLLECTIVE, IO
 
 
 class IoCall(TypedDict):

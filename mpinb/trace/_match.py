@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .._events import RECV, SEND
+from ..common._events import RECV, SEND
 
 
 def match_messages(events: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from .._events import NEIGHBORHOOD_COLLECTIVES
+from ..common._events import NEIGHBORHOOD_COLLECTIVES
 from ._arrays import busy_until
 
 NEIGHBORHOOD_OPS = frozenset({*NEIGHBORHOOD_COLLECTIVES, *("I" + name.lower() for name in NEIGHBORHOOD_COLLECTIVES)})

@@ -14,7 +14,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from .._events import COLLECTIVE, EPOCH, RMA
+from ..common._events import COLLECTIVE, EPOCH, RMA
 
 # Calls after which an origin's transfers to a target are complete there (with the target, or all).
 _CLOSERS = {"Fence": False, "Unlock": True, "Flush": True, "Unlock_all": False, "Flush_all": False,

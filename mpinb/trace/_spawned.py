@@ -1,6 +1,6 @@
 """Lanes for processes spawned during a run, after the pool's ranks.
 
-A spawn's root brings its children's recordings (``"spawned"``, see ``mpinb.rank._spawn``), each
+A spawn's root brings its children's recordings (``"spawned"``, see ``mpinb.rank.mpi._spawn``), each
 under a provisional lane (``PROVISIONAL * (root + 1) + PER_SPAWN * k + child``). Here they become
 lanes ``world_size``, ``world_size + 1``... in that order, and every list of world ranks in every
 recording (communicators' members, intercommunicators' remote groups, neighbours) says lanes.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
-from .._events import PER_SPAWN, PROVISIONAL
 from .._language import say
-from .._protocol import Recording
+from ..common._events import PER_SPAWN, PROVISIONAL
+from ..common._protocol import Recording
 
 
 class Spawned(TypedDict):

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._colors import KIND_COLORS, PATH_COLOR, WAIT_COLOR
-from .._events import COLLECTIVE, IO, KIND_NAMES, RECV, SEND, WAIT
 from .._language import say
-from .._ranges import format_ranks
+from ..common._events import COLLECTIVE, IO, KIND_NAMES, RECV, SEND, WAIT
+from ..common._ranges import format_ranks
 from ._arrays import busy_until
 from ._waits import explain
 

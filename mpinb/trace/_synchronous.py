@@ -23,7 +23,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from .._events import COLLECTIVE, LOCAL_DERIVING_CALLS, PROBE, RECV, SEND, WAIT
+from ..common._events import COLLECTIVE, LOCAL_DERIVING_CALLS, PROBE, RECV, SEND, WAIT
 
 BUFFERED_SENDS = frozenset({"Bsend", "bsend", "Ibsend", "ibsend"})
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, world_rank
-from .._protocol import Recording
+from ..common._events import COLLECTIVE, FIELDS, KIND_NAMES, RECV, SEND, world_rank
+from ..common._protocol import Recording
 from ._arrays import busy_until, causal_delays, collective_groups, message_halves, union_length
 from ._chrome import chrome_trace
 from ._findings import Finding, findings
@@ -67,10 +67,10 @@ class Trace:
         for data in per_rank.values():
             self.file_names.update(data.get("files", {}))
         self.verified = bool(pool) and all("checks" in per_rank[rank] for rank in pool)
-        # what each rank's run left behind (see mpinb.rank._left_behind): ranks whose run raised look for nothing
+        # what each rank's run left behind (see mpinb.rank.mpi._left_behind): ranks whose run raised look for nothing
         self.left = {r: list(data.get("left", ())) for r, data in per_rank.items()}
         # per rank, a user's line -> the library line behind the calls it led to (mpi4py.futures...):
-        # a call made in library code is recorded at the user's line (see mpinb.rank._calls.call_site)
+        # a call made in library code is recorded at the user's line (see mpinb.rank.mpi._calls.call_site)
         self.via = {r: data["via"] for r, data in per_rank.items() if data.get("via")}
         # per topology (Cartesian, graph), each rank's out-neighbours (world ranks)
         self.neighbors: dict[str, dict[int, list[int]]] = {}

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from .._events import EPOCH, WAIT
 from .._language import say
+from ..common._events import EPOCH, WAIT
 from ._rma import lock_holds
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import anywidget
 import traitlets as t
 
 from .._colors import ORANGE, PALETTE, WIDGET_COLORS, text_color
-from .._ranges import format_ranks
+from ..common._ranges import format_ranks
 from ..pool import _render
 from ..pool._result import RunResult
 from ._fallback import StaticFallback

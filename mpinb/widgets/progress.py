@@ -12,8 +12,8 @@ import traitlets as t
 from IPython.display import display
 
 from .._colors import WIDGET_COLORS
-from .._progress import text_bar
-from .._ranges import format_ranks
+from ..common._progress import text_bar
+from ..common._ranges import format_ranks
 from ._fallback import StaticFallback
 
 # A rank lags when its share done trails the ranks' median by this much (or, without a total,
@@ -47,7 +47,7 @@ class ProgressView(StaticFallback, anywidget.AnyWidget):
         self._seen: set[int] = set()
 
     def update(self, states: dict[int, dict]) -> None:
-        """Take the ranks' latest states (see :class:`mpinb._protocol.Progress`)."""
+        """Take the ranks' latest states (see :class:`mpinb.common._protocol.Progress`)."""
         counts, elapsed, done, ended = list(self.counts), list(self.elapsed), list(self.done), list(self.ended)
         desc, total = self.desc, self.total
         for rank, state in states.items():

@@ -42,7 +42,7 @@
 
 const LEFT = 56, RIGHT = 10, AXIS = 18;
 const LABEL_H = 12; // px a lane label needs
-const IO_KIND = 7; // the events' kind of an I/O call (mpinb/_events.py)
+const IO_KIND = 7; // the events' kind of an I/O call (mpinb/common/_events.py)
 const PLOT_MAX_H = 540; // px; taller plots (many ranks) scroll
 
 /**
@@ -155,7 +155,7 @@ function laneNamer(model) {
 /**
  * "0-3,6" -> the ranges it names, as [first, last] pairs ("", "all" and "*": every rank); null when
  * it does not parse (ASCII digits, spaces ignored) or a range runs backwards ("3-1"): the rule of
- * mpinb._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
+ * mpinb.common._ranges.parse_ranks, tested equal in tests/test_browser.py. Ranges are never expanded.
  * @param {string} text
  * @returns {[number, number][] | null}
  */

@@ -15,8 +15,8 @@ import numpy as np
 import traitlets as t
 
 from .._colors import WIDGET_COLORS
-from .._events import KIND_NAMES
 from .._language import say
+from ..common._events import KIND_NAMES
 from ..trace import Trace
 from ..trace._arrays import busy_until
 from ..trace._svg import space_time_svg, summary_text

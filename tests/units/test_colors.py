@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
 def test_one_palette_for_python_and_the_widgets():
     from mpinb import _colors
-    from mpinb._events import KIND_NAMES
+    from mpinb.common._events import KIND_NAMES
 
     assert len(_colors.KIND_COLORS) == len(KIND_NAMES)
     assert [_colors.WIDGET_COLORS[f"kind-{name}"] for name in KIND_NAMES] == list(_colors.KIND_COLORS)

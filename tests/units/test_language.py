@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpinb._protocol import wait_state
+from mpinb.common._protocol import wait_state
 from mpinb.pool import RankFailure, RunResult
 from mpinb.pool._hang import diagnose
 

@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from mpinb._protocol import wait_state
+from mpinb.common._protocol import wait_state
 from mpinb.pool import RankFailure, RunResult
 from mpinb.pool._hang import (
     HangWatch,

@@ -1,4 +1,4 @@
-"""Pool-rank messages (mpinb/_protocol.py): constructors give every required key, so no side reads a gap."""
+"""Pool-rank messages (mpinb/common/_protocol.py): constructors give every required key, so no side reads a gap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
 
 def test_the_protocols_constructors_give_every_key_their_type_requires():
-    from mpinb import _protocol
+    from mpinb.common import _protocol
 
     def required(kind: type) -> set[str]:
         return {key for key, note in kind.__annotations__.items() if "NotRequired" not in str(note)}

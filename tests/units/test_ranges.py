@@ -1,11 +1,11 @@
-"""Rank ranges and counts (mpinb/_ranges.py, _events.world_rank): one reading, and errors that say what is wrong."""
+"""Rank ranges and counts (mpinb/common/_ranges.py, _events.world_rank): one reading, errors that say what is wrong."""
 
 from __future__ import annotations
 
 import pytest
 
-from mpinb._events import world_rank
-from mpinb._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_text
+from mpinb.common._events import world_rank
+from mpinb.common._ranges import format_ranks, parse_ranks, rank_count, rank_count_in_text
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 

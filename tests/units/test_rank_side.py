@@ -33,7 +33,7 @@ def test_output_is_cut_at_the_character_cap_inside_one_write(monkeypatch):
 
 
 def test_a_python_command_line_splits_into_pythons_options_and_the_program():
-    from mpinb.rank._python_command import python_program
+    from mpinb.rank.mpi._python_command import python_program
 
     assert python_program(["child.py", "-u", "x"]) == ([], ["child.py", "-u", "x"])
     assert python_program(["-u", "-X", "dev", "-Wignore", "-m", "mpi4py.futures.server"]) == (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpinb._events import EPOCH, FIELDS, RECV, RMA, SEND, WAIT
+from mpinb.common._events import EPOCH, FIELDS, RECV, RMA, SEND, WAIT
 from mpinb.trace import Trace
 from mpinb.trace._arrays import busy_until
 
@@ -221,7 +221,7 @@ def test_a_lock_granted_lazily_waits_in_the_first_call_of_its_epoch_that_lasted(
 
 
 def test_each_read_and_write_of_a_file_is_an_arrow_between_its_rank_and_the_file():
-    from mpinb._events import COLLECTIVE, IO
+    from mpinb.common._events import COLLECTIVE, IO
     from mpinb.trace._svg import space_time_svg
 
     f = "file0@world"

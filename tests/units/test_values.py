@@ -1,11 +1,11 @@
-"""Values from the ranks (mpinb/_values.py): pickled when they can be, else their repr, so none is lost."""
+"""Values from the ranks (mpinb/common/_values.py): pickled when they can be, else their repr, so none is lost."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mpinb._values import ReprOnly, pack, unpack
+from mpinb.common._values import ReprOnly, pack, unpack
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 

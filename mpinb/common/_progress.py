@@ -23,11 +23,17 @@ CHECK_EVERY = 0.01  # seconds between reads of the clock, about
 TEXT_EVERY_TTY = 0.2  # a text bar on a terminal is redrawn in place this often
 TEXT_EVERY_LOG = 5.0  # and written as a new line this often into a file or a pipe
 
-# Set on the ranks of a pool (mpinb.rank): how to reach the notebook, and who this rank is.
+# Set on the ranks of a pool (publish_through): how to reach the notebook, and how many ranks share it.
 publisher: Callable[[dict], None] | None = None
 world_size = 1
 _bars = 0  # progress() loops begun in the current run
 last_states: dict[str, Progress] = {}  # each bar's last published state in this run, sent with the reply
+
+
+def publish_through(send: Callable[[dict], None], ranks: int) -> None:
+    """On a rank of a pool: send each bar's state with ``send``, at a rate for ``ranks`` ranks in all."""
+    global publisher, world_size
+    publisher, world_size = send, ranks
 
 
 def new_run() -> None:

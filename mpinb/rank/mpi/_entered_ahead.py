@@ -28,8 +28,8 @@ from array import array
 
 from mpi4py import MPI
 
-from .._events import REDUCTION_OPS
-from .._protocol import WaitState
+from ...common._events import REDUCTION_OPS
+from ...common._protocol import WaitState
 from . import _native, _waiting
 from ._calls import PlainIntracomm, describer
 from ._collectives import BLOCKING_AFTER_AGREEMENT as _BLOCKING_REDUCTIONS

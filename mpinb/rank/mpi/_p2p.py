@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 from mpi4py import MPI
 
-from .._events import PROBE, RECV, SEND
-from .._protocol import WaitKind, WaitState
+from ...common._events import PROBE, RECV, SEND
+from ...common._protocol import WaitKind, WaitState
 from . import _objects, _verify
 from ._calls import (
     BYTE,

@@ -1,7 +1,7 @@
 """The traced twin of a communicator that a traced call has just made.
 
 The twin classes are built (in ``_traced``) out of the calls' modules, so those modules cannot
-import the builder; ``_traced`` hands its :func:`~mpinb.rank._traced.traced` here as it is
+import the builder; ``_traced`` hands its :func:`~mpinb.rank.mpi._traced.traced` here as it is
 imported, and the calls that make communicators (intercommunicators, ``Merge``, ``Spawn``) ask
 here.
 """
@@ -27,7 +27,7 @@ def twin_of(comm: Any, cid: str, members: list[int], shadow: Any = None) -> Any:
     """The traced twin of ``comm``, just made with every member there, registered under ``cid``
     (``shadow``: its private copy, if made already)."""
     if _make is None:
-        raise RuntimeError("mpinb.rank._traced is not imported: no twin can be made")
+        raise RuntimeError("mpinb.rank.mpi._traced is not imported: no twin can be made")
     return _make(comm, cid, members, shadow=shadow)
 
 

@@ -10,7 +10,7 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import PROBE, RECV
+from ...common._events import PROBE, RECV
 from ._calls import (
     BYTE,
     NAN,

@@ -16,8 +16,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, NEIGHBORHOOD_COLLECTIVES
-from .._protocol import WaitState, wait_state
+from ...common._events import COLLECTIVE, NEIGHBORHOOD_COLLECTIVES
+from ...common._protocol import WaitState, wait_state
 from . import _objects
 from ._calls import NAN, arg, call_site, named, nbytes, peer_world
 from ._collectives import ORDER_DIFFERS, agree

@@ -27,9 +27,9 @@ from typing import Literal
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, EPOCH, RMA
-from .._protocol import WaitState, wait_state
-from .._ranges import format_ranks
+from ...common._events import COLLECTIVE, EPOCH, RMA
+from ...common._protocol import WaitState, wait_state
+from ...common._ranges import format_ranks
 from . import _left_behind
 from ._calls import PlainIntracomm, StandIn, arg, call_site, named, nbytes, pickle_plain_copies, world_ranks
 from ._collectives import agree, agreed_code, epoch, release

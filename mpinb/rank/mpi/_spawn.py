@@ -35,8 +35,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, PER_SPAWN, PROVISIONAL
-from .._protocol import Recording
+from ...common._events import COLLECTIVE, PER_SPAWN, PROVISIONAL
+from ...common._protocol import Recording
 from ._calls import PlainIntracomm, call_site, named, world_ranks
 from ._collectives import agree, epoch, pickled_collective
 from ._python_command import python_program
@@ -47,7 +47,7 @@ from ._waiting import wait_request as _poll_request
 
 PlainIntercomm = MPI.Intercomm
 PlainSelf = MPI.COMM_SELF
-BOOTSTRAP = "mpinb.rank._spawned"
+BOOTSTRAP = "mpinb.rank.mpi._spawned"
 
 _spawns_made = 0  # on this rank, as a root: numbers its spawns
 # This run's spawns rooted here: (intercommunicator, folder, first provisional lane, how many processes)
@@ -131,7 +131,7 @@ def spawned_intercomm(new, cid: str, local: list[int], remote: list[int], where:
 
 
 def _waiting_for_children(cid: str, local: list[int], where: tuple[str, int]):
-    from .._protocol import wait_state
+    from ...common._protocol import wait_state
 
     return wait_state("Spawn", "collective", where, comm=cid, members=local)
 

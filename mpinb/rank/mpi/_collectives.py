@@ -12,7 +12,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import (
+from ...common._events import (
     CART_DERIVING_CALLS,
     COLLECTIVE,
     FILE_COLLECTIVES,

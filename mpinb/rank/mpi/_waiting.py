@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from .._protocol import WAIT_KEY, WaitState
+from ...common._protocol import WAIT_KEY, WaitState
 
 SPIN_SECONDS = 0.01     # pure polling first: large transfers need MPI progress calls
 FIRST_PAUSE = 50e-6     # then sleep, doubling up to
@@ -28,6 +28,12 @@ _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 current: WaitState | None = None
 # SIGINTs received so far, in user code or not (rank 0 watches it while it gathers replies).
 interrupts = 0
+
+
+def count_interrupt() -> None:
+    """A SIGINT arrived (the runtime's handler says so, wherever it lands)."""
+    global interrupts
+    interrupts += 1
 
 
 # Code where an interrupt may raise at once: each abandons what it left pending (see

@@ -22,13 +22,14 @@ communicator classes from them and names communicators alike on all members.
 from __future__ import annotations
 
 import copyreg
+from collections.abc import Callable
 from time import perf_counter as _now
 from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
-from .._ranges import format_ranks
+from ...common._events import COLLECTIVE, DERIVING_CALLS, LOCAL_DERIVING_CALLS
+from ...common._ranges import format_ranks
 from . import _entered_ahead, _left_behind, _native, _twins
 from ._calls import PlainIntracomm, TwinClass, call_site, converter, named, world_ranks
 from ._collectives import COLLECTIVES, agree, epoch, rehearsal_of, release
@@ -184,9 +185,7 @@ class _TwinMixin(_MixedInto):
         super().free()
 
     def Abort(self, errorcode: int = 0):
-        from ._deathwatch import report_abort
-
-        report_abort(errorcode)
+        _announce_abort(errorcode)
         return super().Abort(errorcode)
 
     def Disconnect(self) -> None:
@@ -215,6 +214,14 @@ class _TwinMixin(_MixedInto):
 
 
 _ORIGINAL_WORLD = MPI.COMM_WORLD
+_announce_abort: Callable[[int], None] = lambda errorcode: None
+
+
+def announce_aborts_with(announce: Callable[[int], None]) -> None:
+    """Have every ``Abort`` call ``announce(errorcode)`` first: the runtime's death watch learns that
+    mpiexec is about to kill every rank, and this layer never imports the runtime."""
+    global _announce_abort
+    _announce_abort = announce
 
 
 def _world():

@@ -19,7 +19,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, RECV, SEND
+from ...common._events import COLLECTIVE, RECV, SEND
 from ._calls import RECEIVE_BUFFER, SEND_BUFFER, arg, user_site
 from ._requests import TRACED_CLASSES, TracedRequest
 

@@ -16,7 +16,7 @@ from types import ModuleType
 
 from mpi4py import MPI
 
-from .. import _native
+from ...common import _tracer_build
 from . import _objects, _p2p
 from ._calls import LIBRARY_ROOTS, describer
 from ._collectives import BLOCKING_AFTER_AGREEMENT, ROOTS_UPPER, agreed_code, agreement_channel, disagreed, rehearse
@@ -38,18 +38,18 @@ def load() -> ModuleType | None:
         reason = "MPINB_TRACER=python asks for the Python tracer"
         return None
     try:
-        path = _native.build()
-        loader = importlib.machinery.ExtensionFileLoader(_native.MODULE, path)
-        spec = importlib.util.spec_from_file_location(_native.MODULE, path, loader=loader)
+        path = _tracer_build.build()
+        loader = importlib.machinery.ExtensionFileLoader(_tracer_build.MODULE, path)
+        spec = importlib.util.spec_from_file_location(_tracer_build.MODULE, path, loader=loader)
         assert spec is not None
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-    except (_native.BuildError, ImportError, OSError) as err:
+    except (_tracer_build.BuildError, ImportError, OSError) as err:
         reason = str(err)
         return None
     vendor = MPI.get_vendor()[0]
     if module.MPI_VENDOR not in (vendor, "unknown"):
-        reason = (f"the MPI compiler {_native.mpicc()} builds for {module.MPI_VENDOR}, but mpi4py runs "
+        reason = (f"the MPI compiler {_tracer_build.mpicc()} builds for {module.MPI_VENDOR}, but mpi4py runs "
                   f"{vendor}: set MPINB_MPICC to {vendor}'s mpicc")
         return None
     module.configure(exception=MPI.Exception, pickle=MPI.pickle, typedict=MPI._typedict, finish=finish,

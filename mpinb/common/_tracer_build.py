@@ -1,10 +1,10 @@
-"""Building the tracer's C hot path (``rank/_tracer.c``) for the MPI at hand, once per environment.
+"""Building the tracer's C hot path (``rank/mpi/_tracer.c``) for the MPI at hand, once per environment.
 
 The extension calls MPI directly, so it is built with the MPI's own compiler wrapper (``mpicc``)
 against the same headers mpi4py's build for that MPI uses: a wheel could not know which MPI the
 user picks. The build takes about half a second and is kept, keyed by everything that decides
 the binary (the source, Python, mpi4py, the compiler wrapper and the MPI library it links).
-``make install`` builds it ahead (``python -m mpinb._native``); a rank builds it on first use
+``make install`` builds it ahead (``python -m mpinb.common._tracer_build``); a rank builds it on first use
 otherwise. Where there is no MPI compiler the ranks trace in Python, and say so.
 
 Standard library only: the notebook side (``mpinb doctor``) and the ranks both use it, and it
@@ -24,8 +24,8 @@ import sys
 import sysconfig
 import tempfile
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank", "_tracer.c")
-MODULE = "mpinb.rank._tracer"
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "mpi", "_tracer.c")
+MODULE = "mpinb.rank.mpi._tracer"
 BUILD_SECONDS = 120
 
 
@@ -147,7 +147,7 @@ def _compiler_environment(compiler: str) -> dict[str, str]:
 
 
 def main() -> int:
-    """``python -m mpinb._native``: build the C tracer for this environment now (make install)."""
+    """``python -m mpinb.common._tracer_build``: build the C tracer for this environment now (make install)."""
     try:
         path = build()
     except BuildError as err:

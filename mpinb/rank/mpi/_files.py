@@ -22,7 +22,7 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, FILE_COLLECTIVES, IO
+from ...common._events import COLLECTIVE, FILE_COLLECTIVES, IO
 from ._calls import NAN, StandIn, arg, call_site, named, nbytes, pickle_plain_copies, receives_into
 from ._collectives import agree
 from ._recorder import RECORDER as _rec

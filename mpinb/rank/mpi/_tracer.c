@@ -13,12 +13,12 @@
  *     on an interrupt (the buffer stays alive in a ``Held`` object for as long as MPI may use it);
  *   - records the call, when recording is on, as one C struct in this module's event buffer: the
  *     caller's code object and instruction offset (the line is looked up when the run ends), the
- *     communicator's id, peer, tag, bytes and the three times of the event schema (mpinb._events).
+ *     communicator's id, peer, tag, bytes and the three times of the event schema (mpinb.common._events).
  *
  * Python's own traced calls append their event objects to the same buffer (``add``), so a run's
  * events stay in call order; ``drain`` returns them as the schema's tuples.
  *
- * Built against the MPI that mpi4py loaded (mpinb/_native.py builds it with that MPI's mpicc);
+ * Built against the MPI that mpi4py loaded (mpinb/common/_tracer_build.py builds it with that MPI's mpicc);
  * handles come from mpi4py's C API, so they are that MPI's own.
  */
 #define PY_SSIZE_T_CLEAN
@@ -48,7 +48,7 @@
 #define MPI_VENDOR "unknown"
 #endif
 
-enum { SEND = 0, RECV = 1, COLLECTIVE = 2 };            /* mpinb._events kinds */
+enum { SEND = 0, RECV = 1, COLLECTIVE = 2 };            /* mpinb.common._events kinds */
 enum { DO_SEND, DO_RECV, DO_SEND_OBJECT, DO_RECV_OBJECT, DO_COLLECTIVE };
 
 /* ---- clock: time.perf_counter()'s (CLOCK_MONOTONIC on Linux) ---------------------------- */
@@ -258,7 +258,7 @@ static void Held_dealloc(Held *self) {
 
 static PyTypeObject HeldType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpinb.rank._tracer.Held",
+    .tp_name = "mpinb.rank.mpi._tracer.Held",
     .tp_basicsize = sizeof(Held),
     .tp_dealloc = (destructor)Held_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -870,7 +870,7 @@ static PyObject *do_recv_object(Method *m, PyObject *const *args, size_t nargsf,
     return finish_receive(m, self, &status, theirs, start, code, where, result);
 }
 
-/* Bytes of a buffer spec as mpinb.rank._calls.nbytes counts them: an array's, or a spec's first item's. */
+/* Bytes of a buffer spec as mpinb.rank.mpi._calls.nbytes counts them: an array's, or a spec's first item's. */
 static long long nbytes(PyObject *spec) {
     if (spec == NULL || spec == Py_None) return 0;
     if ((PyList_Check(spec) || PyTuple_Check(spec)))
@@ -1671,7 +1671,7 @@ static PyGetSetDef Method_getset[] = {
 
 static PyTypeObject MethodType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpinb.rank._tracer.Method",
+    .tp_name = "mpinb.rank.mpi._tracer.Method",
     .tp_basicsize = sizeof(Method),
     .tp_dealloc = (destructor)Method_dealloc,
     .tp_vectorcall_offset = offsetof(Method, vectorcall),
@@ -1679,7 +1679,7 @@ static PyTypeObject MethodType = {
     .tp_descr_get = Method_get,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_getset = Method_getset,
-    .tp_doc = "A traced MPI call in C (mpinb/rank/_tracer.c), as a method.",
+    .tp_doc = "A traced MPI call in C (mpinb/rank/mpi/_tracer.c), as a method.",
 };
 
 /* ---- the module's functions ---------------------------------------------------------------- */

@@ -19,22 +19,22 @@ DERIVING_CALLS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Creat
 LOCAL_DERIVING_CALLS = ("Create_group",)  # collective over the new group only, not the parent
 CART_DERIVING_CALLS = (*DERIVING_CALLS, "Sub")
 KIND_NAMES = ("send", "recv", "collective", "wait", "probe", "rma", "epoch", "io")
-# the file collectives, whose members agree first (see rank/_files)
+# the file collectives, whose members agree first (see rank/mpi/_files)
 FILE_COLLECTIVES = ("File.Open", "File.Close", "File.Set_view", "File.Set_size", "File.Preallocate", "File.Sync",
                     "File.Set_atomicity", "File.Write_ordered", "File.Read_ordered", "File.Seek_shared",
                     "File.Write_all", "File.Read_all", "File.Write_at_all", "File.Read_at_all")
 # the neighbourhood collectives whose members agree first where their blocking form is made (see
-# rank/_neighbors)
+# rank/mpi/_neighbors)
 NEIGHBORHOOD_COLLECTIVES = ("Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv",
                             "Neighbor_alltoallw", "neighbor_allgather", "neighbor_alltoall")
-# the window collectives that every member agrees on first (see rank/_windows)
+# the window collectives that every member agrees on first (see rank/mpi/_windows)
 WINDOW_COLLECTIVES = ("Fence", "Win.Free", "Win.Create", "Win.Allocate", "Win.Allocate_shared", "Win.Create_dynamic")
-# MPI's predefined reduction operations, as a verified run numbers them (see rank/_collectives.signature)
+# MPI's predefined reduction operations, as a verified run numbers them (see rank/mpi/_collectives.signature)
 REDUCTION_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC",
                  "REPLACE", "NO_OP")
 
 # Lanes of spawned processes until the trace numbers them after the pool's ranks: the k-th spawn
-# rooted at world rank r counts from PROVISIONAL * (r + 1) + PER_SPAWN * k (see mpinb.rank._spawn,
+# rooted at world rank r counts from PROVISIONAL * (r + 1) + PER_SPAWN * k (see mpinb.rank.mpi._spawn,
 # mpinb.trace._spawned).
 PROVISIONAL, PER_SPAWN = 10**6, 10**3
 

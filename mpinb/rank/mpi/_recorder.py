@@ -11,8 +11,8 @@ from types import ModuleType
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, RECV, SEND, WAIT
-from .._protocol import Recording, WaitState
+from ...common._events import COLLECTIVE, RECV, SEND, WAIT
+from ...common._protocol import Recording, WaitState
 
 DEFAULT_CAPACITY = 100_000
 

@@ -56,7 +56,7 @@ def used_datatypes(spec: list | tuple) -> None:
                 _held[id(item)] = ("datatype", item, "", *user_site())
 
 
-_calls.note_datatypes = used_datatypes
+_calls.note_datatypes_with(used_datatypes)
 
 
 def made(twin: Any, op: str, where: tuple[str, int]) -> None:

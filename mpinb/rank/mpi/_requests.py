@@ -7,8 +7,8 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, RECV, WAIT, world_rank
-from .._protocol import WaitState, wait_state
+from ...common._events import COLLECTIVE, RECV, WAIT, world_rank
+from ...common._protocol import WaitState, wait_state
 from ._calls import (
     BYTE,
     PlainRequest,

@@ -27,9 +27,9 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE
-from .._protocol import WaitState, wait_state
-from .._ranges import format_ranks
+from ...common._events import COLLECTIVE
+from ...common._protocol import WaitState, wait_state
+from ...common._ranges import format_ranks
 from . import _left_behind
 from ._calls import NAN, PlainIntracomm, PlainRequest, arg, call_site, describer, named, nbytes, world_ranks
 from ._collectives import ROOTS_LOWER, ROOTS_UPPER, agree, epoch

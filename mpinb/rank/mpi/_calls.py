@@ -8,14 +8,14 @@ import os
 import site
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 from mpi4py import MPI
 
-from .._events import world_rank
-from .._protocol import WaitKind, WaitState, wait_state
+from ...common._events import world_rank
+from ...common._protocol import WaitKind, WaitState, wait_state
 from ._recorder import RECORDER as _rec
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
@@ -41,7 +41,14 @@ def _datatypes_not_noted(spec: list | tuple) -> None:
     pass
 
 
-note_datatypes = _datatypes_not_noted  # ``_left_behind.used_datatypes`` once that is imported
+note_datatypes: Callable[[list | tuple], None] = _datatypes_not_noted
+
+
+def note_datatypes_with(note: Callable[[list | tuple], None]) -> None:
+    """Have every traced call hand its buffer spec to ``note`` (``_left_behind``, which looks
+    for derived datatypes left unfreed, registers itself as it is imported)."""
+    global note_datatypes
+    note_datatypes = note
 
 
 def receives_into(spec) -> None:

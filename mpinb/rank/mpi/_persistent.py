@@ -14,7 +14,7 @@ from time import perf_counter as _now
 
 from mpi4py import MPI
 
-from .._events import COLLECTIVE, RECV, SEND
+from ...common._events import COLLECTIVE, RECV, SEND
 from ._calls import (
     NAN,
     PlainRequest,

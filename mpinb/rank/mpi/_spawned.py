@@ -1,7 +1,7 @@
 """The start of a Python program spawned from a traced run (see ``_spawn``): trace it, then run
 it as ``python`` would have.
 
-    python [options] -m mpinb.rank._spawned SPEC -- script [args] | -m module [args] | -c code [args]
+    python [options] -m mpinb.rank.mpi._spawned SPEC -- script [args] | -m module [args] | -c code [args]
 
 ``SPEC`` (JSON, from the spawn's root) names the spawn, its provisional lanes, the parents' world
 ranks and the folder for the recording. The program finds ``MPI.Comm.Get_parent()`` traced, and
@@ -95,7 +95,7 @@ def run(program: list[str]) -> None:
 def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     if argv[1:2] != ["--"] or not argv[2:]:
-        raise SystemExit(f"usage: python -m {__spec__.name if __spec__ else 'mpinb.rank._spawned'} SPEC -- program")
+        raise SystemExit(f"usage: python -m {__spec__.name if __spec__ else 'mpinb.rank.mpi._spawned'} SPEC -- program")
     start(spec)
     run(argv[2:])
 

@@ -3,7 +3,7 @@
 Each rank answers the pool's requests with plain dicts (they pickle cheaply and need no mpinb class
 to unpickle); these ``TypedDict`` types name their keys, and the functions at the end build the
 ones that more than one place makes or that carry many keys (``reply``, ``failure``, ``hello``,
-``wait_state``). Like :mod:`mpinb._events`, importing this module imports nothing else.
+``wait_state``). Like :mod:`mpinb.common._events`, importing this module imports nothing else.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Limits(TypedDict):
     max_chars: int
     trace: bool
     trace_capacity: int
-    verify: NotRequired[bool]  # correctness checks beyond the cheap ones (see mpinb.rank._verify)
+    verify: NotRequired[bool]  # correctness checks beyond the cheap ones (see mpinb.rank.mpi._verify)
     breakpoints: NotRequired[dict[str, list[int]]]
 
 
@@ -114,7 +114,7 @@ class Failure(TypedDict):
 
 
 class Recording(TypedDict):
-    """One rank's recorded MPI calls (see :mod:`mpinb._events` for each event's fields)."""
+    """One rank's recorded MPI calls (see :mod:`mpinb.common._events` for each event's fields)."""
 
     events: list[tuple]
     dropped: int
@@ -123,12 +123,12 @@ class Recording(TypedDict):
     ended: float
     offset: float
     checks: NotRequired[list[tuple]]  # a --verify run's notes: (start, kind, check, *what)
-    left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank._left_behind)
+    left: NotRequired[list[tuple]]  # what a run that ended without error left (see mpinb.rank.mpi._left_behind)
     via: NotRequired[dict[tuple[str, int], tuple[str, int]]]  # a user's line -> the library line behind its call
     neighbors: NotRequired[dict[str, list[int]]]  # a topology's id -> this rank's out-neighbours (world ranks)
     remote: NotRequired[dict[str, list[int]]]  # an intercommunicator's id -> its remote group (world ranks)
     files: NotRequired[dict[str, str]]  # a file's id -> its name as opened
-    # on a spawn's root: its children's recordings, by provisional lane (see mpinb.rank._spawn)
+    # on a spawn's root: its children's recordings, by provisional lane (see mpinb.rank.mpi._spawn)
     spawned: NotRequired[dict[int, Recording]]
     spawned_running: NotRequired[int]  # its children still connected when the run ended: not recorded
 
@@ -137,7 +137,7 @@ class Reply(TypedDict):
     """A rank's answer to ``run_cell``/``run_file``."""
 
     has_value: bool
-    value: bytes | None  # see mpinb._values.pack
+    value: bytes | None  # see mpinb.common._values.pack
     repr: str
     why: str
     error: Failure | None
@@ -148,7 +148,7 @@ class Reply(TypedDict):
     stdout: NotRequired[str]  # a relayed rank's output of a quick part, held back and sent here
     stderr: NotRequired[str]
     progress: NotRequired[dict[str, Progress]]  # each mpinb.progress loop's last state
-    held: NotRequired[int]  # MPI requests that interrupts left pending, whose buffers stay (see rank._waiting.abandon)
+    held: NotRequired[int]  # MPI requests that interrupts left pending, whose buffers stay (rank.mpi._waiting.abandon)
 
 
 class Progress(TypedDict):
@@ -201,7 +201,7 @@ class Settled(TypedDict):
     generation: int  # the fresh worlds this rank has moved to
     own_started: int  # mpinb's own collectives started and completed on its copy of the world
     own_completed: int
-    held: int  # MPI requests that interrupts left pending, whose buffers stay (see rank._waiting.abandon)
+    held: int  # MPI requests that interrupts left pending, whose buffers stay (rank.mpi._waiting.abandon)
 
 
 class Hello(TypedDict):
