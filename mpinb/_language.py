@@ -1,5 +1,6 @@
-"""The language of what mpinb says to learners: check verdicts and hints, hang diagnoses and the
-most common errors, in English or Simplified Chinese.
+"""The language of what mpinb says to learners: English or Simplified Chinese.
+
+It covers check verdicts and hints, hang diagnoses and the most common errors.
 
 Each sentence is written once, in English, as a ``str.format`` template; :func:`say` looks the
 template up in the current language's catalog (``mpinb/_zh.py``) and falls back to English for any

@@ -1,5 +1,7 @@
-"""Simplified Chinese for what mpinb says to learners (see :mod:`mpinb._language`): English
-template -> Chinese template, with the same ``{fields}``. Terms follow notebooks/zh/术语表.md."""
+"""Simplified Chinese for what mpinb says to learners (see :mod:`mpinb._language`).
+
+A catalog: English template -> Chinese template, with the same ``{fields}``. Terms follow
+notebooks/zh/术语表.md."""
 
 from __future__ import annotations
 

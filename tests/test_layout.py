@@ -223,6 +223,18 @@ def _is_module_name(path: Path, node: ast.ImportFrom, name: str) -> bool:
     return _is_module(".".join(base + ([node.module] if node.module else []) + [name]))
 
 
+def test_each_module_opens_with_one_line_that_says_what_it_is_for():
+    """A module's docstring begins with one line of at most 100 characters, a sentence a reader
+    takes in at a glance; the design notes follow it, after a blank line."""
+    long = []
+    for path in _modules():
+        docstring = ast.get_docstring(_tree(path), clean=False) or ""
+        first = docstring.split("\n\n", 1)[0]
+        if not first or "\n" in first or len(first) > 100 or not first.endswith("."):
+            long.append(f"{path.relative_to(ROOT)}: {first[:60]!r}")
+    assert not long, f"modules whose docstring does not open with one short sentence: {long}"
+
+
 def test_handlers_are_found_in_tables_not_by_names_built_from_strings():
     """``getattr(self, f"_{word}")`` hides which methods are reachable from readers and tools, and
     reaches helpers nobody meant to expose: the magics, the exporter and the debug adapter keep

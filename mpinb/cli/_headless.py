@@ -1,5 +1,7 @@
-"""Running a notebook without a browser (``mpinb run``): ``%%mpi`` notebooks and MPI-kernel
-notebooks alike, stopping at the first failing cell with its per-rank error."""
+"""Running a notebook without a browser (``mpinb run``).
+
+It runs ``%%mpi`` notebooks and MPI-kernel notebooks alike, stopping at the first failing cell with
+its per-rank error."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The ``mpinb`` command: ``lab``, ``tutorials``, ``run``, ``export``, ``submit``, ``doctor``, ``bench`` and
-``kernel install``.
+"""The ``mpinb`` command and its subcommands.
+
+The subcommands are ``lab``, ``tutorials``, ``run``, ``export``, ``submit``, ``doctor``, ``bench``
+and ``kernel install``.
 
 Exit codes: 0 success; 1 the work failed (a notebook cell, a doctor check, the benchmarks);
 2 bad arguments or input (argparse's own convention).

@@ -1,4 +1,6 @@
-"""The layout of one traced MPI call, shared by the ranks (which record) and the notebook (which reads).
+"""The layout of one traced MPI call.
+
+The ranks (which record) and the notebook (which reads) share it.
 
 Ranks record plain tuples (cheap to make, cheap to pickle); :mod:`mpinb.trace` turns them into a
 numpy structured array.

@@ -1,5 +1,7 @@
-"""The IPython side (runs in the notebook's kernel): the ``%mpi``/``%%mpi`` magics, the session
-that holds the current pool, and the MPI kernel (``python -m mpinb.notebook.kernel``)."""
+"""The IPython side: what runs in the notebook's kernel.
+
+It has the ``%mpi``/``%%mpi`` magics, the session that holds the current pool, and the MPI kernel
+(``python -m mpinb.notebook.kernel``)."""
 
 from ._magics import load_ipython_extension, unload_ipython_extension
 from ._session import current_pool, last_trace

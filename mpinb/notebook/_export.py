@@ -1,4 +1,6 @@
-"""A notebook's MPI program translated into one plain mpi4py script (``mpinb export``, ``%mpi export``).
+"""A notebook's MPI program translated into one plain mpi4py script.
+
+``mpinb export`` and ``%mpi export`` use it.
 
 The cells become one program that gives, under ``mpiexec -n N``, what they gave in the pool:
 

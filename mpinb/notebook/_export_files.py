@@ -1,6 +1,8 @@
-"""An exported notebook on disk: the script and its data, signed so that re-exporting replaces
-only an export nobody edited; with ``--slurm`` its batch job (see ``pool/_slurm.py``); and what
-``mpinb export`` and ``%mpi export`` say about it."""
+"""An exported notebook on disk: the script and its data.
+
+They are signed so that re-exporting replaces only an export nobody edited. With ``--slurm`` the
+export has its batch job too (see ``pool/_slurm.py``). Also here: what ``mpinb export`` and
+``%mpi export`` say about it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The MPI kernel: an IPython kernel in which every cell runs on the pool (as if it began with
-``%%mpi``), ``%%local`` runs a cell in the kernel's own process, and the ``%mpi`` magics manage
-the pool. The pool starts with the kernel (``$MPINB_RANKS`` ranks, from the kernelspec) and stops
-with it. Tab completion and Shift-Tab inspection look into rank 0's namespace.
+"""The MPI kernel: every cell runs on the pool.
+
+It is an IPython kernel in which every cell runs on the pool (as if it began with ``%%mpi``),
+``%%local`` runs a cell in the kernel's own process, and the ``%mpi`` magics manage the pool. The
+pool starts with the kernel (``$MPINB_RANKS`` ranks, from the kernelspec) and stops with it. Tab
+completion and Shift-Tab inspection look into rank 0's namespace.
 
 Run as ``python -m mpinb.notebook.kernel -f CONNECTION_FILE`` (what the kernelspec in ``kernel/`` does).
 """

@@ -1,6 +1,8 @@
-"""Arguments checked at the door: a wrong value fails at once, saying what was wrong and what is
-accepted, rather than later (a timeout of NaN that never ends, a capacity of 0 that silently
-records nothing, a mistyped number that fails deep inside a run)."""
+"""Arguments checked at the door.
+
+A wrong value fails at once, saying what was wrong and what is accepted, rather than later (a
+timeout of NaN that never ends, a capacity of 0 that silently records nothing, a mistyped number
+that fails deep inside a run)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Entry point of the pool's ipyparallel controller: ipyparallel's own, with a heartbeat that
-starts fast and then slows down, and Unix sockets named as its clients and engines name them.
+"""Entry point of the pool's ipyparallel controller.
+
+It is ipyparallel's own, with a heartbeat that starts fast and then slows down, and Unix sockets
+named as its clients and engines name them.
 
 A rank counts as registered only after its heart has answered a ping, so the heartbeat period
 bounds how long start-up waits (two beats: 6 s with ipyparallel's default). A fast beat costs CPU

@@ -1,5 +1,7 @@
-"""Debugging from the notebook: ranks stopped at breakpoints during a run, post-mortem of a rank
-whose run failed, and debugger commands routed to one rank, a group or every stopped rank.
+"""Debugging from the notebook.
+
+It covers ranks stopped at breakpoints during a run, post-mortem of a rank whose run failed, and
+debugger commands routed to one rank, a group or every stopped rank.
 
 The ranks run Python's own pdb (see ``mpinb.rank._debugger``); the notebook sends it commands on
 the control channel and shows what it prints, grouped where ranks print the same. While any rank

@@ -1,8 +1,9 @@
-"""An expression on every rank, side by side (DDT's cross-process comparison): one row per group of
-ranks with equal values, the ranks that differ marked, and for arrays that should agree, which
-elements differ and where. Values never travel whole: each rank sends a summary (type, shape,
-min, max, norm, a digest per block of the array); only the few blocks that differ come back
-element by element.
+"""An expression on every rank, side by side (DDT's cross-process comparison).
+
+It shows one row per group of ranks with equal values, marks the ranks that differ, and for arrays
+that should agree, shows which elements differ and where. Values never travel whole: each rank
+sends a summary (type, shape, min, max, norm, a digest per block of the array); only the few blocks
+that differ come back element by element.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""After an aborted run (an interrupt, a timeout, a rank that failed while others waited): bring
-every rank back to a fresh MPI world, or learn within a bounded time that it cannot be done.
+"""Brings every rank back to a fresh MPI world after an aborted run.
+
+An aborted run is an interrupt, a timeout, or a rank that failed while others waited. Either every
+rank gets a fresh MPI world, or the pool learns within a bounded time that it cannot be done.
 
 Two steps, driven from here so that no rank can fall out of step with the others:
 

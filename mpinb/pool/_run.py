@@ -1,5 +1,7 @@
-"""One run on the ranks: follow it to its end (output, hangs, failures, deaths, the clock), then
-turn the ranks' replies into a :class:`RunResult`."""
+"""One run on the ranks: follow it to its end, then report it.
+
+Following it covers output, hangs, failures, deaths and the clock; then the ranks' replies become a
+:class:`RunResult`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Everything mpinb knows of Slurm: how ranks start in an allocation (srun's arguments) or as a
-job (the batch script ipyparallel's launcher submits), whether such a job failed before its ranks
-came up (ipyparallel would wait out its whole timeout), waiting until cancelled jobs have left the
-queue, and the batch job of an exported notebook with its submission."""
+"""Everything mpinb knows of Slurm.
+
+It covers how ranks start in an allocation (srun's arguments) or as a job (the batch script
+ipyparallel's launcher submits), whether such a job failed before its ranks came up (ipyparallel
+would wait out its whole timeout), waiting until cancelled jobs have left the queue, and the batch
+job of an exported notebook with its submission."""
 
 from __future__ import annotations
 

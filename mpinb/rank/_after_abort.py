@@ -1,6 +1,8 @@
-"""What a rank does after an aborted run, when the pool asks: say that it is idle (and never start
-the aborted run late), move to a fresh world together with every other rank, and, for a rank
-that does not return from a call, write its Python stack where the pool can read it.
+"""What a rank does after an aborted run, when the pool asks.
+
+It says that it is idle (and never starts the aborted run late), moves to a fresh world together
+with every other rank, and, for a rank that does not return from a call, writes its Python stack
+where the pool can read it.
 
 The pool drives the order (see :mod:`mpinb.pool._recover`): it asks for a fresh world only once
 every rank has answered :func:`settle`, so no rank enters a collective that another rank is not

@@ -1,5 +1,7 @@
-"""This rank's end of the pool's death watch (see :mod:`mpinb.pool._deathwatch`): a socket that
-only the process's exit closes, and a line before a deliberate ``Abort``."""
+"""This rank's end of the pool's death watch (see :mod:`mpinb.pool._deathwatch`).
+
+It has two parts: a socket that only the process's exit closes, and a line before a deliberate
+``Abort``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The debugger on a rank: its Python stack at any moment, post-mortem of the last run's failure,
+"""The debugger on a rank.
+
+It gives the rank's Python stack at any moment, post-mortem of the last run's failure,
 breakpoints, and expressions evaluated for the notebook.
 
 The notebook reaches a rank on ipyparallel's control channel, which ipykernel serves in a thread

@@ -1,6 +1,8 @@
-"""Caps what one rank may print in one cell, so that a runaway loop cannot freeze the browser:
-text printed from Python, written to the file descriptors (``os.write``, a C extension), and
-displays alike; and keeps output whole (text that cannot be encoded, a closed ``sys.stdout``)."""
+"""Caps what one rank may print in one cell.
+
+The cap keeps a runaway loop from freezing the browser. It counts text printed from Python, text
+written to the file descriptors (``os.write``, a C extension), and displays alike. It also keeps
+output whole (text that cannot be encoded, a closed ``sys.stdout``)."""
 
 from __future__ import annotations
 

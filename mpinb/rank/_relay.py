@@ -1,7 +1,8 @@
-"""Relayed runs: the notebook sends a run to rank 0 only; rank 0 passes it on to the other ranks
-and gathers their replies, so that a cell costs the controller and the notebook two messages
-instead of two per rank (at 16 ranks on 2 cores those messages were most of an empty cell's time,
-and at a thousand ranks they would be all of it).
+"""Relayed runs: the notebook sends a run to rank 0 only.
+
+Rank 0 passes it on to the other ranks and gathers their replies, so that a cell costs the
+controller and the notebook two messages instead of two per rank (at 16 ranks on 2 cores those
+messages were most of an empty cell's time, and at a thousand ranks they would be all of it).
 
 Idle ranks sit in their engine's event loop, not in MPI (a blocking MPI wait spins), so the relay
 is ZeroMQ: rank 0 publishes each run on a PUB socket that every other rank subscribes to from its

@@ -1,7 +1,8 @@
-"""A large array pushed to ranks on several hosts: it crosses the network to rank 0 once, then
-reaches the other ranks through MPI's broadcast on mpinb's own communicator (a tree inside MPI,
-so the cost grows with log(ranks), where one copy per rank through the controller grows with
-the ranks)."""
+"""A large array pushed to ranks on several hosts.
+
+It crosses the network to rank 0 once, then reaches the other ranks through MPI's broadcast on
+mpinb's own communicator (a tree inside MPI, so the cost grows with log(ranks), where one copy per
+rank through the controller grows with the ranks)."""
 
 from __future__ import annotations
 

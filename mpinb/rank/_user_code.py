@@ -1,5 +1,6 @@
-"""Whether this rank is running the notebook's code right now: what the interrupt handler and the
-debugger ask, and only a run (``_execute``) marks.
+"""Whether this rank is running the notebook's code right now.
+
+The interrupt handler and the debugger ask this, and only a run (``_execute``) marks it.
 
 Inside user code an interrupt raises ``KeyboardInterrupt`` and a namespace is not inspectable;
 outside it (mpinb's own code before and after) an interrupt is held, and the idle namespace is.

@@ -1,5 +1,7 @@
-"""The tutorials' exercises: what each one calls on the ranks, the right answer, and the
-communication pattern a good solution has. :func:`mpinb.check` runs them."""
+"""The tutorials' exercises.
+
+Each one states what it calls on the ranks, the right answer, and the communication pattern a good
+solution has. :func:`mpinb.check` runs them."""
 
 from __future__ import annotations
 

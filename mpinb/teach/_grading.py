@@ -1,7 +1,8 @@
-"""Grading the tutorials' exercises on the ranks: the answer on every rank, then the messages
-that produced it (from the trace), then MPI correctness (a verified run: a right answer that
-relies on buffering or reuses a buffer too early is not yet right), with a specific hint for
-what is wrong."""
+"""Grading the tutorials' exercises on the ranks.
+
+Grading checks the answer on every rank, then the messages that produced it (from the trace), then
+MPI correctness (a verified run: a right answer that relies on buffering or reuses a buffer too
+early is not yet right), with a specific hint for what is wrong."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Recorded MPI traffic: events, matched messages, wait states, the critical path, comparisons
-and exports."""
+"""Recorded MPI traffic.
+
+The package covers events, matched messages, wait states, the critical path, comparisons and
+exports."""
 
 from ._compare import Comparison
 from ._findings import Finding

@@ -1,6 +1,8 @@
-"""Helpers over the events array that every view of a trace needs: which two events are one
-message's halves, which calls are one collective, when a call stopped holding its rank, and the
-clock corrections that keep messages from arriving before they left.
+"""Helpers over the events array that every view of a trace needs.
+
+They give which two events are one message's halves, which calls are one collective, when a call
+stopped holding its rank, and the clock corrections that keep messages from arriving before they
+left.
 
 A leaf: numpy and the event schema only, so ``Trace`` and each view (waits, critical path, SVG,
 Chrome trace, widgets) import it without importing each other.

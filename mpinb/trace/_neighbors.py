@@ -1,5 +1,7 @@
-"""Neighbourhood collectives in a trace: each member's data to each of its neighbours, as an
-arrow from its call to the neighbour's (the ranks record their out-neighbours per topology)."""
+"""Neighbourhood collectives in a trace.
+
+Each member's data to each of its neighbours shows as an arrow from its call to the neighbour's
+(the ranks record their out-neighbours per topology)."""
 
 from __future__ import annotations
 

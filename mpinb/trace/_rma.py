@@ -1,5 +1,7 @@
-"""One-sided communication in a trace: each ``Put``, ``Get`` or ``Accumulate`` as a transfer
-between origin and target inside its epoch, and the time ranks lost waiting for a window's lock.
+"""One-sided communication in a trace.
+
+Each ``Put``, ``Get`` or ``Accumulate`` becomes a transfer between origin and target inside its
+epoch, and the time ranks lost waiting for a window's lock is measured.
 
 An RMA call only starts a transfer; MPI completes it when the origin closes the epoch: at the
 next ``Fence`` (then the data is at the target when the target's ``Fence`` returns), at

@@ -1,5 +1,7 @@
-"""A static space-time diagram as SVG: what saved notebooks and nbconvert output keep (on a
-light page: a static picture cannot follow the notebook's theme)."""
+"""A static space-time diagram as SVG.
+
+It is what saved notebooks and nbconvert output keep. It is drawn on a light page: a static picture
+cannot follow the notebook's theme."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Would the run still finish if no MPI call relied on buffering? A replay of a complete trace in
-which every standard send completes only once its receive is posted (as ``Ssend`` does, and as
-every MPI's sends do beyond their eager limit) and every collective only once all members have
-joined it (MPI lets a correct program rely on neither).
+"""Whether the run would still finish if no MPI call relied on buffering.
+
+It replays a complete trace in which every standard send completes only once its receive is posted
+(as ``Ssend`` does, and as every MPI's sends do beyond their eager limit) and every collective only
+once all members have joined it (MPI lets a correct program rely on neither).
 
 Each rank replays its calls in program order, one step per call (a ``Sendrecv``'s two halves are
 one step); a step completes once what it needs has been posted by the other ranks:

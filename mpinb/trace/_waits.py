@@ -1,5 +1,7 @@
-"""Wait states: where ranks lost time waiting for each other, and why (the patterns that Scalasca
-and Vampir name), computed from a trace's events and matched messages.
+"""Wait states: where ranks lost time waiting for each other, and why.
+
+They are the patterns that Scalasca and Vampir name, computed from a trace's events and matched
+messages.
 
 - late sender: a blocking receive started before its message was sent, and waited for it;
 - late receiver: a blocking send could not complete before its receive was posted (a synchronous

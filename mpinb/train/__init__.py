@@ -1,6 +1,8 @@
-"""What the distributed-training tutorials share: a numpy MLP with its own backward pass, the
-digits data, gradient allreduces (ring, bucketed), tensor-parallel layers, pipeline schedules, and
-Adam on flat vectors with the shards ZeRO cuts them into.
+"""What the distributed-training tutorials share.
+
+The package holds a numpy MLP with its own backward pass, the digits data, gradient allreduces
+(ring, bucketed), tensor-parallel layers, pipeline schedules, and Adam on flat vectors with the
+shards ZeRO cuts them into.
 
 Plain numpy and mpi4py, float64 throughout, so that every parallel result can be compared with a
 serial run to the last bits.

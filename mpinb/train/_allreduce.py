@@ -1,5 +1,7 @@
-"""Summing gradients across ranks: a ring allreduce written with Sendrecv, one Allreduce per
-tensor, and bucketed (fused) Allreduces, the idea behind Horovod's tensor fusion and DDP buckets."""
+"""Summing gradients across ranks, three ways.
+
+The three are a ring allreduce written with Sendrecv, one Allreduce per tensor, and bucketed (fused)
+Allreduces, the idea behind Horovod's tensor fusion and DDP buckets."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Two traced runs side by side: the differences per rank and per operation, and both space-time
-diagrams on one time axis, so that before and after an optimisation read at a glance."""
+"""Two traced runs side by side, so that before and after an optimisation read at a glance.
+
+It shows the differences per rank and per operation, and both space-time diagrams on one time
+axis."""
 
 from __future__ import annotations
 

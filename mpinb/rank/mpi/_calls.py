@@ -1,5 +1,7 @@
-"""What every traced call shares: reading mpi4py's arguments, the user's line, what a wait is for,
-polling, and the class identity of the twins (see :mod:`._traced` for the design)."""
+"""What every traced call shares.
+
+It reads mpi4py's arguments and the user's line, and holds what a wait is for, polling, and the
+class identity of the twins (see :mod:`._traced` for the design)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Traced collectives: the members agree on the call first (in polled messages on mpinb's copy
-of the communicator), lowercase ones then run as polled messages of pickles (see ``_objects``),
-uppercase blocking ones as their nonblocking forms, polled, except the reductions whose
-nonblocking forms would change the results (``BLOCKING_AFTER_AGREEMENT``)."""
+"""Traced collectives: the members agree on the call first.
+
+They agree in polled messages on mpinb's copy of the communicator. Lowercase collectives then run
+as polled messages of pickles (see ``_objects``), uppercase blocking ones as their nonblocking
+forms, polled, except the reductions whose nonblocking forms would change the results
+(``BLOCKING_AFTER_AGREEMENT``)."""
 
 from __future__ import annotations
 

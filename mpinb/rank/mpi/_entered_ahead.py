@@ -1,5 +1,7 @@
-"""A traced ``Allreduce`` that enters MPI ahead of its members (Open MPI's and Intel MPI's, where
-the pool's ranks share one host), and how members that never come release the ones inside.
+"""A traced ``Allreduce`` that enters MPI ahead of its members.
+
+It serves Open MPI's and Intel MPI's ``Allreduce``, where the pool's ranks share one host. Also
+here: how members that never come release the ones inside.
 
 Those MPIs' reductions run as the blocking call itself (their nonblocking forms add in another
 order: see ``_collectives.BLOCKING_AFTER_AGREEMENT``). Waiting first for every member to say that

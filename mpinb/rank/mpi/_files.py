@@ -1,5 +1,7 @@
-"""``TracedFile``: ``MPI.File`` while tracing is on. A file opened on a traced communicator is
-named alike on its members (``file0@world``) and its calls are recorded:
+"""``TracedFile``: ``MPI.File`` while tracing is on.
+
+A file opened on a traced communicator is named alike on its members (``file0@world``) and its
+calls are recorded:
 
 - independent reads and writes (``Read``, ``Write_at``, ``Iwrite``...) as kind ``IO``, with the
   explicit offset as ``tag`` (-1: the file pointer's), the bytes written as ``sent`` and read as

@@ -1,6 +1,8 @@
-"""What a traced run leaves behind on a rank, looked for when the run ends (cheap: on in every
-traced run that ended without an error): messages that arrived here and that no receive took,
-and communicators, windows and derived datatypes that user code made and dropped without freeing.
+"""What a traced run leaves behind on a rank, looked for when the run ends.
+
+The search is cheap: it is on in every traced run that ended without an error. It finds messages
+that arrived here and that no receive took, and communicators, windows and derived datatypes that
+user code made and dropped without freeing.
 
 A message left waiting is taken by the next receive that matches it, in a later cell, instead of
 the message that receive waits for. A dropped communicator stays in MPI until the pool stops

@@ -1,7 +1,9 @@
-"""Matched probes: ``mprobe``/``Mprobe`` (polled ``improbe``, so a probe for a message that never
-comes is diagnosed and interruptible), ``improbe``/``Improbe``, and the receive of the message they
-matched (``Message.recv``, ``Recv``, ``irecv``, ``Irecv``), recorded as a receive from the
-message's sender at the moment the probe matched it (MPI matched it then, not at the receive).
+"""Matched probes and the receive of the message they matched.
+
+The probes are ``mprobe``/``Mprobe`` (polled ``improbe``, so a probe for a message that never
+comes is diagnosed and interruptible) and ``improbe``/``Improbe``. The receive (``Message.recv``,
+``Recv``, ``irecv``, ``Irecv``) is recorded as a receive from the message's sender at the moment
+the probe matched it (MPI matched it then, not at the receive).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Persistent and partitioned requests: ``Send_init``, ``Recv_init`` (and their Bsend, Ssend,
-Rsend, Psend, Precv kin) and MPI 4's persistent collectives (``Allreduce_init``...).
+"""Persistent and partitioned requests, and MPI 4's persistent collectives.
+
+The calls covered are ``Send_init``, ``Recv_init`` (and their Bsend, Ssend, Rsend, Psend, Precv
+kin) and the persistent collectives (``Allreduce_init``...).
 
 The init call moves no data and is not recorded; each ``Start`` (or ``Startall``) records the
 operation it starts, named after its request (``"Start (Send_init)"``), with the peer, tag and

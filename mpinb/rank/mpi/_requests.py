@@ -1,5 +1,7 @@
-"""``TracedRequest``: ``MPI.Request`` while tracing is on. Waits are polled (interruptible, and
-described on the status channel); a completion fills in the event of the call that made it."""
+"""``TracedRequest``: ``MPI.Request`` while tracing is on.
+
+Waits are polled (interruptible, and described on the status channel); a completion fills in the
+event of the call that made it."""
 
 from __future__ import annotations
 

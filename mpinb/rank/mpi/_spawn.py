@@ -1,5 +1,6 @@
-"""Processes spawned from a traced run, traced too: ``Spawn`` on a traced communicator or on
-``MPI.COMM_SELF`` (see :func:`trace_spawns`).
+"""Processes spawned from a traced run, traced too.
+
+This covers ``Spawn`` on a traced communicator or on ``MPI.COMM_SELF`` (see :func:`trace_spawns`).
 
 A Python program spawned with this interpreter (a script, ``-m module`` or ``-c code``, after
 Python's own options: what ``MPIPoolExecutor`` spawns) starts through :mod:`._spawned`, which

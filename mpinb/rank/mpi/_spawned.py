@@ -1,5 +1,6 @@
-"""The start of a Python program spawned from a traced run (see ``_spawn``): trace it, then run
-it as ``python`` would have.
+"""The start of a Python program spawned from a traced run (see ``_spawn``).
+
+It traces the program, then runs it as ``python`` would have.
 
     python [options] -m mpinb.rank.mpi._spawned SPEC -- script [args] | -m module [args] | -c code [args]
 

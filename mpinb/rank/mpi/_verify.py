@@ -1,10 +1,11 @@
-"""What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks (see
-:mod:`mpinb.trace._findings`): the element type of each buffer a point-to-point call sends or
-receives, a nonblocking send's buffer changed before the send completed, what a send sent and
-what a nonblocking receive's buffer held when it completed (a digest each), a buffer that shares
-memory with a pending call's where either receives, and the bytes and op
-each member of a polled collective gave (``_collectives.signature``), the counts of the
-collectives whose counts differ by member (``counted``), and the blocking receives from
+"""What a ``--verify`` run notes on a rank beyond its events, for the notebook's checks.
+
+For the checks, see :mod:`mpinb.trace._findings`. A rank notes the element type of each buffer a
+point-to-point call sends or receives, a nonblocking send's buffer changed before the send
+completed, what a send sent and what a nonblocking receive's buffer held when it completed (a
+digest each), a buffer that shares memory with a pending call's where either receives, and the
+bytes and op each member of a polled collective gave (``_collectives.signature``), the counts of
+the collectives whose counts differ by member (``counted``), and the blocking receives from
 ``ANY_SOURCE`` (whether their caller reads the status).
 
 Off, this costs each Python-traced call one test of :data:`on`. On, the C tracer's methods give

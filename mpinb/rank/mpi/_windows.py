@@ -1,6 +1,8 @@
-"""``TracedWin``: ``MPI.Win`` while tracing is on. Each window user code makes is known by the
-call and line that made it (one dropped without ``Free`` is told when the run ends: see
-:mod:`._left_behind`), and its one-sided calls are recorded like every other MPI call.
+"""``TracedWin``: ``MPI.Win`` while tracing is on.
+
+Each window user code makes is known by the call and line that made it (one dropped without
+``Free`` is told when the run ends: see :mod:`._left_behind`), and its one-sided calls are recorded
+like every other MPI call.
 
 - Data operations (``Put``, ``Get``, ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op``,
   ``Compare_and_swap`` and the request forms) are kind ``RMA``: ``peer`` is the target rank in

@@ -1,5 +1,6 @@
-"""The world this process runs on, as mpinb keeps it: the world's traced twin and mpinb's own copy
-of the world.
+"""The world this process runs on, as mpinb keeps it.
+
+It holds the world's traced twin and mpinb's own copy of the world.
 
 ``_tracing`` sets both (at start-up, in a spawned process, at each fresh world); the calls'
 modules, the runtime and the relay read them here, below the module that builds the twins.
