@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import mpinb
+from mpinb._colors import WAIT_COLOR
 from mpinb.common._events import COLLECTIVE, RECV
 from mpinb.trace._svg import summary_text
 
@@ -965,3 +968,24 @@ def test_without_an_mpi_compiler_the_pool_says_so_and_traces_in_python():
         assert res.value == {0: 1, 1: 0} and len(res.trace.messages()) == 2
     finally:
         pool.stop()
+
+
+# -- the README's picture of the views (docs/figures/views.svg) ---------------------------------------
+def test_the_readmes_picture_is_what_its_script_draws_from_a_real_run(pool4):
+    """The picture on the front page is drawn by docs/draw_views.py from a traced run: a fresh
+    drawing has the kept one's calls and messages, its waits and its critical path (the times
+    differ from run to run, so the kept file is not compared byte for byte)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("draw_views", Path(__file__).parent.parent / "docs" / "draw_views.py")
+    draw_views = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw_views)
+    fresh, kept = draw_views.draw(pool4), draw_views.PICTURE.read_text()
+
+    def counted(svg: str) -> tuple[str, str]:
+        return re.search(r" ms, (\d+) calls, (\d+) messages<", svg).groups()
+
+    # 3 steps x 4 ranks x (sendrecv's send and receive, allreduce): 36 calls; 12 messages round the ring
+    assert counted(kept) == counted(fresh) == ("36", "12"), "run docs/draw_views.py to draw the picture again"
+    for svg in (kept, fresh):
+        assert "<polyline" in svg and f'height="4" fill="{WAIT_COLOR}"' in svg, "the critical path and the waits"
