@@ -74,10 +74,11 @@ node_modules/.installed: package.json package-lock.json
 # The documentation site, offline, in build/docs: the user guide (docs/guide/), the API from
 # docstrings, and the tutorials in English and Chinese executed as they are built.
 # Each notebook's feedback in its own language: English by default, Chinese in notebooks/zh/.
+# A warning fails the build (-W; --keep-going reports them all first).
 # Two notebooks at a time (-j 2): a tutorial keeps about one core busy, its kernel and pool waiting
 # on each other in turns, so a second one fills the gaps.
 docs: install
-	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -j 2 -c docs -b html --keep-going . build/docs
+	env -u MPINB_LANGUAGE LC_ALL=C.UTF-8 $(BIN)/python -m sphinx -q -j 2 -W -c docs -b html --keep-going . build/docs
 	@echo "mpinb: the site is in build/docs/index.html"
 
 # Three tiers of tests (CONTRIBUTING.md says when to use each):

@@ -28,7 +28,7 @@ exclude_patterns = ["build", ".venv*", "docs/_build"]
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
-suppress_warnings = ["myst.header", "misc.highlighting_failure", "myst.xref_missing"]
+suppress_warnings = ["myst.header", "misc.highlighting_failure"]
 
 # Tutorials run when the site is built: what a reader sees is what this build computed.
 nb_execution_mode = os.environ.get("MPINB_DOCS_EXECUTE", "force")
