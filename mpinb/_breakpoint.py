@@ -15,10 +15,14 @@ from .common._ranges import Targets, parse_ranks
 
 
 def breakpoint(ranks: Targets = None, condition: str | bool | Callable[[], object] | None = None) -> None:
-    """Stop here on ``ranks`` (every rank by default: ``"0,2-3"``, a list, an int; ranks the
-    world does not have are left out), when
-    ``condition`` holds: an expression (``"i == 5"``, evaluated where ``breakpoint`` is called),
-    a callable, or a truth value. A condition that raises raises here, saying so."""
+    """Stop here, in the notebook's debugger on a pool's ranks, or in pdb under plain mpiexec.
+
+    :param ranks: the ranks that stop (every rank by default): ``"0,2-3"``, a list, an int; ranks
+        the world does not have are left out, so that a script written for 8 ranks runs on 2.
+    :param condition: stop only when it holds: an expression (``"i == 5"``, evaluated where
+        ``breakpoint`` is called), a callable, or a truth value. A condition that raises raises
+        here, saying so.
+    """
     frame = sys._getframe(1)
     if os.environ.get("PYTHONBREAKPOINT") == "0":
         return

@@ -19,8 +19,12 @@ _chosen: str | None = None
 
 
 def set_language(code: str | None) -> None:
-    """``"zh"`` (Simplified Chinese) or ``"en"`` for what mpinb says from now on in this process;
-    ``None`` goes back to choosing automatically (see :mod:`mpinb._language`)."""
+    """Choose the language of what mpinb says from now on in this process.
+
+    :param code: ``"zh"`` (Simplified Chinese) or ``"en"``; ``None`` goes back to choosing
+        automatically (``$MPINB_LANGUAGE``, the notebook's folder, the system's locale).
+    :raises ValueError: another language.
+    """
     global _chosen
     if code is not None and _normalise(code) is None:
         raise ValueError(f"mpinb speaks {' and '.join(map(repr, LANGUAGES))}, not {code!r}")

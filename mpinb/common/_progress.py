@@ -44,9 +44,18 @@ def new_run() -> None:
 
 
 def progress(iterable: Iterable[T], total: int | None = None, desc: str | None = None) -> Iterator[T]:
-    """Iterate over ``iterable``, showing progress: in a pool, one bar in the notebook with a
-    small bar per rank, its rate, the time left and the ranks that lag; under plain ``mpiexec``,
-    a text bar from rank 0. ``total`` defaults to ``len(iterable)`` when it has one."""
+    """Iterate over ``iterable``, showing progress across the ranks.
+
+    In a pool: one bar in the notebook with a small bar per rank, its rate, the time left and the
+    ranks that lag. Under plain ``mpiexec``: a text bar from rank 0. The k-th loop of every rank
+    is one bar, so each rank calls it in the same order.
+
+    :param iterable: what to iterate over; its items are yielded unchanged.
+    :param total: how many items to expect; default ``len(iterable)`` when it has one (without
+        one, the bar counts and shows no time left).
+    :param desc: the bar's label.
+    :raises ValueError: ``total`` is not a whole number of at least 0.
+    """
     global _bars
     if total is None:
         try:

@@ -307,9 +307,13 @@ def set_autompi(shell, enable: bool) -> None:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext mpinb``: the magics, the notebook's pool starting in the background
-    (``MPINB_PRESTART=0`` turns that off; see ``_prestart``), and in a Chinese notebook a font
-    that draws Chinese in plots."""
+    """``%load_ext mpinb``: the magics, and the notebook's pool starting in the background.
+
+    ``MPINB_PRESTART=0`` turns the early start off (see ``_prestart``); in a Chinese notebook a
+    font that draws Chinese in plots comes too.
+
+    :param ipython: the shell IPython hands its extensions.
+    """
     ipython.register_magics(MPIMagics)
     session.prestart()
     if language() == "zh":
@@ -317,5 +321,9 @@ def load_ipython_extension(ipython) -> None:
 
 
 def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext mpinb``: ``%autompi`` off, and the notebook's pool stopped.
+
+    :param ipython: the shell IPython hands its extensions.
+    """
     set_autompi(ipython, False)
     session.stop_pool()

@@ -86,25 +86,35 @@ class Pool:
         with mpinb.Pool(4) as pool:
             pool.run("print(rank, size)")
 
-    Options (each checked when set, at construction and after):
+    Each option is checked when it is set, at construction and after, and a wrong one is named.
 
-    - ``launcher``: how the ranks start: ``"mpi"`` (mpiexec here or, with host arguments, on other
-      hosts), ``"srun"`` (inside a Slurm allocation), ``"slurm"`` (a batch job), or another of
-      ipyparallel's engine launchers; ``launcher_options`` are that launcher's settings.
-    - ``mpiexec``, ``mpiexec_args``: which launcher program, and its arguments (hosts, binding).
-    - ``env``: environment variables for every rank; ``yield_when_idle``: whether ranks waiting
-      in MPI yield their core (default: when ranks outnumber cores twice).
-    - ``start_timeout``, ``stop_timeout``: seconds to start, and to stop after an interrupt before
-      ranks count as stuck (default: by ranks per core).
-    - ``max_output_lines``, ``max_output_chars``: what one rank may print in one run.
-    - ``trace_capacity``, ``trace_budget``: MPI calls one rank, and a run's ranks together, record.
-    - ``controller_ip``: the address the controller listens on (default: a private folder of Unix
-      sockets when every rank runs here; this host's name otherwise).
-    - ``encrypt``: CurveZMQ on every socket of the pool, the relay of runs included (default:
-      when ranks run on other hosts; a pool on this host listens where only you can reach).
-      Every message is signed (HMAC) either way.
-    - ``verify``: every run checks MPI correctness beyond the cheap checks of each traced run
-      (see :meth:`run`); default: ``$MPINB_VERIFY`` (``1``: on), else off.
+    :param n: how many ranks; default ``$MPINB_RANKS`` (the MPI kernel's spec sets it), else
+        the number of cores here.
+    :param launcher: how the ranks start: ``"mpi"`` (mpiexec here or, with host arguments, on
+        other hosts), ``"srun"`` (inside a Slurm allocation), ``"slurm"`` (a batch job), or another
+        of ipyparallel's engine launchers.
+    :param launcher_options: that launcher's settings (a batch job's partition, time, account).
+    :param mpiexec: which launcher program; default: the one beside this Python, else the PATH's.
+    :param mpiexec_args: its arguments (hosts, binding), as a list.
+    :param env: environment variables for every rank.
+    :param yield_when_idle: whether ranks waiting in MPI yield their core; default: when ranks
+        outnumber cores twice.
+    :param start_timeout: seconds to start; default: by ranks per core.
+    :param stop_timeout: seconds an interrupted run has to stop before its ranks count as stuck;
+        default: by ranks per core.
+    :param max_output_lines: lines one rank may print in one run; the rest is cut and counted.
+    :param max_output_chars: characters one rank may print in one run.
+    :param trace_capacity: MPI calls one rank records in one run.
+    :param trace_budget: MPI calls a run's ranks record together (each gets its share).
+    :param controller_ip: the address the controller listens on; default: a private folder of
+        Unix sockets when every rank runs here, this host's name otherwise.
+    :param encrypt: CurveZMQ on every socket of the pool, the relay of runs included; default:
+        when ranks run on other hosts (a pool on this host listens where only you can reach).
+        Every message is signed (HMAC) either way.
+    :param verify: whether every run checks MPI correctness beyond the cheap checks of each
+        traced run (see :meth:`run`); default: ``$MPINB_VERIFY`` (``1``: on), else off.
+    :raises ValueError: an option out of range (a rank count of 0, a negative timeout).
+    :raises TypeError: an option of the wrong type (``mpiexec_args`` given as one string).
     """
 
     start_timeout = Checked(optional_seconds)
@@ -255,7 +265,10 @@ class Pool:
             supervisor.shutdown()
 
     def restart(self, n: int | None = None) -> Pool:
-        """Stop, then start again (with ``n`` ranks if given). The ranks' variables are lost."""
+        """Stop, then start again. The ranks' variables are lost.
+
+        :param n: how many ranks from now on; default: as many as before.
+        """
         if n is not None:
             n = rank_count(n)
         self.stop()
@@ -266,7 +279,11 @@ class Pool:
     # -- running code -------------------------------------------------------------------------
 
     def ranks(self, targets: Targets = None) -> list[int]:
-        """The ranks a targets spec selects (``None`` = all; ``"0,2-3"``, a list, a range, an int)."""
+        """The ranks a targets spec selects, in order.
+
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :raises ValueError: a rank the pool does not have, or a spec that does not parse.
+        """
         return parse_ranks(targets, self.size)
 
     def run(
@@ -284,26 +301,37 @@ class Pool:
     ) -> RunResult:
         """Run ``code`` on the ranks; the value of its last expression comes back per rank.
 
-        With ``trace`` (the default) every MPI call the code makes is recorded into
-        ``result.trace``; ``trace=False`` runs the plain mpi4py objects, at no cost. Each traced
-        run checks what is cheap to check of MPI correctness (requests never completed, messages no
-        receive took, communicators dropped without ``Free``);
-        ``verify`` (default: the pool's ``verify``) checks more, at some cost: exchanges that finish
-        only because MPI buffered a message, messages received into a buffer of another type,
-        buffers of nonblocking sends changed before the send completed, receives from
-        ``ANY_SOURCE`` whose match depends on timing. What the checks find is
-        ``result.findings``; nothing they do changes what the code computes.
+        Each traced run checks what is cheap to check of MPI correctness (requests never
+        completed, messages no receive took, communicators dropped without ``Free``); what the
+        checks find is ``result.findings``, and nothing they do changes what the code computes.
+        The pool stays usable after every error below.
 
-        Ranks that reach ``breakpoint()``, or a line of ``breakpoints`` (line numbers of ``code``),
-        stop; ``debug`` says what then happens: ``None`` (the default) asks for debugger commands
-        with ``input()`` (continuing where nobody can type), a list of command lines is used first,
-        a callable gets the :class:`Breakpoints` each time. ``filename`` is the name the ranks run
-        the code under (tracebacks, stacks); by default ``<mpi-cell-N>``.
-
-        Raises ``SyntaxError`` once (not once per rank) for code that does not compile,
-        :class:`RankError` when user code raised on any rank (``check=False`` returns the
-        result instead), ``TimeoutError`` when ``timeout`` seconds pass (the ranks are
-        interrupted first). The pool stays usable after each of them.
+        :param code: Python source, run on each rank as a cell is.
+        :param targets: the ranks that run it: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param timeout: seconds before the ranks are interrupted and ``TimeoutError`` raised;
+            ``None`` waits as long as the run takes.
+        :param on_output: called with the output as it streams in, rank by rank.
+        :param check: raise :class:`RankError` when user code raised on any rank; ``False``
+            returns the result, failures included.
+        :param trace: record every MPI call the code makes into ``result.trace``; ``False`` runs
+            the plain mpi4py objects, at no cost.
+        :param debug: what happens when ranks stop at ``breakpoint()`` or at ``breakpoints``:
+            ``None`` asks for debugger commands with ``input()`` (continuing where nobody can
+            type), a list of command lines is used first, a callable gets the
+            :class:`Breakpoints` each time.
+        :param breakpoints: line numbers of ``code`` where every rank stops.
+        :param filename: the name the ranks run the code under (tracebacks, stacks); default
+            ``<mpi-cell-N>``.
+        :param verify: check more, at some cost (default: the pool's ``verify``): exchanges that
+            finish only because MPI buffered a message, messages received into a buffer of another
+            type, buffers of nonblocking sends changed before the send completed, receives from
+            ``ANY_SOURCE`` whose match depends on timing. Needs ``trace``.
+        :returns: each rank's value, output, failure and the run's trace.
+        :raises SyntaxError: once (not once per rank) for code that does not compile.
+        :raises RankError: user code raised on any rank (with ``check``).
+        :raises TimeoutError: ``timeout`` seconds passed; the ranks were interrupted first. When
+            ranks were blocked in MPI it is an :class:`MPIHangError` that says where each waited,
+            a :class:`DeadlockError` when they waited for each other in a cycle.
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be a string of Python source, not {type(code).__name__}")
@@ -338,9 +366,15 @@ class Pool:
     ) -> RunResult:
         """Run an existing MPI script unchanged, as ``mpiexec -n N python path args`` would.
 
-        ``__name__ == "__main__"``, ``sys.argv``, the working directory and ``stdin`` (given to rank
-        0) are what ``mpiexec`` gives; ``sys.exit(0)`` is success. ``trace`` and ``verify`` are
-        :meth:`run`'s.
+        ``__name__ == "__main__"``, ``sys.argv``, the working directory and ``stdin`` are what
+        ``mpiexec`` gives; ``sys.exit(0)`` is success.
+
+        :param path: the script.
+        :param args: its command-line arguments (``sys.argv[1:]``), as a list or one string.
+        :param stdin: what rank 0 reads from standard input; the other ranks read nothing.
+        :param targets: as :meth:`run`'s, and so are ``timeout``, ``on_output``, ``check``,
+            ``trace``, ``debug`` and ``verify``.
+        :raises FileNotFoundError: no script at ``path``.
         """
         path = os.path.abspath(os.fspath(path))
         if not os.path.exists(path):
@@ -368,7 +402,10 @@ class Pool:
                 "verify": bool(verify and trace)}
 
     def interrupt(self, targets: Targets = None) -> None:
-        """Send SIGINT to the ranks (a ``KeyboardInterrupt`` in the code they are running)."""
+        """Send SIGINT to the ranks: a ``KeyboardInterrupt`` in the code they are running.
+
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        """
         if self._supervisor is not None:  # (ranks still starting run nothing to interrupt)
             self._supervisor.interrupt(self.ranks(targets))
 
@@ -503,30 +540,52 @@ class Pool:
     # -- debugging ----------------------------------------------------------------------------
 
     def stacks(self, targets: Targets = None, samples: int = 1, interval: float = 0.5) -> Stacks:
-        """Every rank's Python stack now, merged into one tree (shared frames once, each branch
-        with its ranks), taken ``samples`` times ``interval`` s apart to tell ranks that move from
-        ranks that are stuck. Works while the ranks are idle, run, wait in MPI, or are stopped."""
+        """Every rank's Python stack now, merged into one tree.
+
+        Shared frames show once, each branch with its ranks. It works while the ranks are idle,
+        run, wait in MPI, or are stopped.
+
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param samples: how many times to take the stacks: more than one tells ranks that move
+            from ranks that are stuck.
+        :param interval: seconds between two samples.
+        """
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"samples must be a whole number of at least 1, got {samples!r}")
         return sample(self._running(), self.ranks(targets), self._sources, samples, interval, self._places)
 
     def inspect(self, expression: str, targets: Targets = None) -> Inspection:
-        """``expression`` evaluated on every (targeted) rank, idle or stopped at a breakpoint, and
-        compared: ranks with equal values grouped, those that differ marked, and for arrays,
-        which elements differ. Values do not travel whole (a summary and digests do)."""
+        """An expression evaluated on every rank and compared, side by side.
+
+        Ranks with equal values are grouped, those that differ marked, and for arrays, which
+        elements differ. Values do not travel whole (a summary and digests do).
+
+        :param expression: Python, evaluated on each rank that is idle or stopped at a breakpoint.
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        """
         return inspect(self._running(), self.ranks(targets), expression)
 
     def ask_debuggers(self, ranks: list[int], op: str, **args: Any) -> dict[int, dict]:
-        """Each rank's debugger's answer to ``op`` (``"stackTrace"``, ``"detach"``...), asked on
-        ipyparallel's control channel, which a rank reads while it runs a cell, waits in MPI or is
-        stopped: the route of the MPI kernel's JupyterLab debugger. A rank that does not answer
-        within 3 s gets ``{"status": "timeout"}``."""
+        """Each rank's debugger's answer to one request: the route of the MPI kernel's debugger.
+
+        The request goes on ipyparallel's control channel, which a rank reads while it runs a cell,
+        waits in MPI or is stopped.
+
+        :param ranks: the ranks to ask.
+        :param op: the request (``"stackTrace"``, ``"detach"``...); ``args`` are its arguments.
+        :returns: each rank's answer; a rank that did not answer within 3 s gets
+            ``{"status": "timeout"}``.
+        """
         return ask(self._running(), ranks, op, **args)
 
     def post_mortem(self, rank: int | None = None) -> RankSession:
-        """A debugger on ``rank`` (by default the first whose code failed in the last run): at the
-        frame that raised, or, for a rank still running, at the frame it runs in (read only).
-        ``session.command("p x")`` returns what pdb printed; ``session.interact()`` prompts."""
+        """A debugger on one rank, at the frame that raised.
+
+        For a rank still running, it is at the frame the rank runs in (read only).
+        ``session.command("p x")`` returns what pdb printed; ``session.interact()`` prompts.
+
+        :param rank: the rank; default: the first whose code failed in the last run.
+        """
         if rank is None:
             rank = first_failing_rank(self.last_result)
         (rank,) = self.ranks([rank])
@@ -537,24 +596,54 @@ class Pool:
     def push(self, namespace: Mapping[str, object], targets: Targets = None, timeout: float | None = None) -> None:
         """Copy ``{name: value}`` into the namespace of every (targeted) rank.
 
-        A ``TransferError`` (``TransferTimeoutError`` after ``timeout`` seconds, ``KeyboardInterrupt``
-        on the stop button) says which ranks have the new value and which keep the old one."""
+        The stop button raises ``KeyboardInterrupt``, which says the same as a ``TransferError``.
+
+        :param namespace: the names and their values (large arrays go through shared memory here,
+            or by MPI's broadcast across hosts).
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
+        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
+            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         self._moving("the push", lambda supervisor: _data.push(supervisor, namespace, ranks, seconds))
 
     def pull(self, name: str, targets: Targets = None, timeout: float | None = None) -> list[Any]:
-        """The value of ``name`` on each (targeted) rank, in rank order."""
+        """The value of ``name`` on each (targeted) rank, in rank order.
+
+        :param name: a variable in the ranks' namespace.
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
+        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
+            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the pull", lambda supervisor: _data.pull(supervisor, name, ranks, seconds))
 
     def scatter(self, name: str, array: ArrayLike, targets: Targets = None, timeout: float | None = None) -> None:
-        """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``
-        (as ``numpy.array_split`` does: with fewer rows than ranks, the last ranks get none)."""
+        """Split ``array`` along its first axis into contiguous blocks, one per rank, as ``name``.
+
+        The blocks are ``numpy.array_split``'s: with fewer rows than ranks, the last ranks get none.
+
+        :param name: the variable each rank gets its block as.
+        :param array: anything ``numpy.asarray`` takes.
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
+        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
+            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         self._moving("the scatter", lambda supervisor: _data.scatter(supervisor, name, array, ranks, seconds))
 
     def gather(self, name: str, targets: Targets = None, timeout: float | None = None) -> np.ndarray:
-        """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`)."""
+        """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`).
+
+        :param name: an array on each rank; the shapes agree but for the first axis.
+        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
+        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
+        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
+            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the gather", lambda supervisor: _data.gather(supervisor, name, ranks, seconds))
 
@@ -582,9 +671,12 @@ class Pool:
     def call(self, function: Callable[..., T], *args: object, rank: int = 0, timeout: float = 5.0) -> T:
         """``function(*args)`` on one rank, outside any cell (no output capture, no trace).
 
-        For quick questions to an idle rank, such as completions; ``function`` must be importable
-        on the ranks. Raises ``TimeoutError`` if the rank does not answer within ``timeout`` s
-        (it is busy running a cell).
+        It is for quick questions to an idle rank, such as completions.
+
+        :param function: importable on the ranks (ipyparallel sends it by reference).
+        :param rank: the rank that calls it.
+        :param timeout: seconds to wait for the answer.
+        :raises TimeoutError: the rank did not answer in time (it is busy running a cell).
         """
         supervisor = self._ready()
         (rank,) = self.ranks([rank])

@@ -46,8 +46,18 @@ class CheckResult:
 
 
 def check(exercise: str, pool=None, timeout: float = 20.0) -> CheckResult:
-    """Run the named exercise's test on every rank of ``pool`` (the notebook's pool by default)
-    and grade the answers and the communication pattern."""
+    """Run the named exercise's test on every rank, and grade the answers and how they were reached.
+
+    The grade reads each rank's answer, then the messages that produced it (from the trace), then
+    MPI correctness (a verified run).
+
+    :param exercise: the exercise's name, as its tutorial gives it (``"parallel_sum"``, ...).
+    :param pool: the pool to run it on; default: the notebook's.
+    :param timeout: seconds the test may run on the ranks.
+    :returns: the verdict: ``passed``, and ``hints`` saying what to fix when it did not.
+    :raises ValueError: no exercise has that name (the message lists them).
+    :raises RuntimeError: no pool is running.
+    """
     if exercise not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
         raise ValueError(f"unknown exercise {exercise!r}; the exercises are: {known}")

@@ -68,6 +68,8 @@ class CriticalPath:
         return order
 
     def text(self, top: int = 5) -> str:
+        """The path in words: its length, the ranks it runs through, and the ``top`` ranks by their
+        share of it."""
         if self.stopped:
             return say("critical path: none, the run was stopped before it finished")
         if not self.steps:

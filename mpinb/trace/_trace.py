@@ -229,11 +229,16 @@ class Trace:
         return sorted(found, key=lambda c: c["start"])
 
     def matrix(self, what: str = "bytes") -> np.ndarray:
-        """``[i, j]``, over the point-to-point messages rank i sent to rank j and the one-sided
-        transfers whose bytes went from i to j (``Put`` from its origin, ``Get`` from its target):
-        their ``"bytes"``, their number (``"messages"``), or the ``"time"`` in seconds from each
-        send's start to its receive's end (what the messages cost the receiver, waiting for a late
-        sender included), from each RMA call to the end of its epoch at the target."""
+        """A lane-by-lane matrix of what went from each rank to each rank.
+
+        ``[i, j]`` sums over the point-to-point messages rank i sent to rank j and the one-sided
+        transfers whose bytes went from i to j (``Put`` from its origin, ``Get`` from its target).
+
+        :param what: ``"bytes"``; ``"messages"``, their number; or ``"time"``, the seconds from
+            each send's start to its receive's end (what the messages cost the receiver, waiting
+            for a late sender included) and from each RMA call to the end of its epoch at the target.
+        :raises ValueError: another measure.
+        """
         if what not in MATRIX_MEASURES:
             raise ValueError(f"what must be one of {', '.join(map(repr, MATRIX_MEASURES))}, not {what!r}")
         grid = np.zeros((self.lanes, self.lanes), dtype=np.float64 if what == "time" else np.int64)
@@ -337,9 +342,13 @@ class Trace:
         return frame
 
     def to_chrome(self, path: str | None = None) -> dict:
-        """The Chrome trace event format (Perfetto, chrome://tracing): one track per rank, flow
-        arrows from each send to its receive, each wait state as a slice inside the call that
-        waited, broken-off calls marked ``unfinished``. Written to ``path`` if given; returned either way."""
+        """The run in the Chrome trace event format, for Perfetto or chrome://tracing.
+
+        One track per rank, flow arrows from each send to its receive, each wait state as a slice
+        inside the call that waited, broken-off calls marked ``unfinished``.
+
+        :param path: a file to write it to (JSON); returned either way.
+        """
         document = chrome_trace(self)
         if path is not None:
             import json

@@ -18,8 +18,13 @@ from .trace import TraceView
 
 
 def compare(a: object, b: object, labels: tuple[str, str] = ("before", "after")) -> CompareView:
-    """Compare two runs (each a :class:`~mpinb.Trace` or a :class:`~mpinb.RunResult`): a view
-    whose ``comparison`` holds the numbers (:class:`mpinb.trace.Comparison`)."""
+    """Compare two runs: a view of both, whose ``comparison`` holds the numbers.
+
+    :param a: the first run, a :class:`~mpinb.Trace` or a :class:`~mpinb.RunResult` with one.
+    :param b: the second, likewise.
+    :param labels: what the view calls the two runs.
+    :returns: the view; ``.comparison`` is a :class:`mpinb.trace.Comparison`.
+    """
     return CompareView(Comparison(_trace_of(a, labels[0]), _trace_of(b, labels[1]), (labels[0], labels[1])))
 
 

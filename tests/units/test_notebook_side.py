@@ -42,6 +42,22 @@ def test_each_mpi_word_calls_its_handler_and_nothing_else_does():
     assert MPIMagics.HANDLERS["restart"] is MPIMagics.HANDLERS["start"]
 
 
+def test_the_usage_text_names_every_subcommand_and_the_cells_options():
+    """``%mpi`` alone prints LINE_USAGE: every word it takes is there, and every option of
+    ``%%mpi`` a user may give."""
+    import re
+
+    from mpinb.notebook._grammar import LINE_USAGE, SUBCOMMANDS, cell_parser
+
+    named = set(re.findall(r"%mpi (\w+)", LINE_USAGE)) | set(re.findall(r"\| (\w+)", LINE_USAGE))
+    assert set(SUBCOMMANDS) <= named, f"LINE_USAGE leaves out {sorted(set(SUBCOMMANDS) - named)}"
+    options = {option for action in cell_parser()._actions if action.help != "==SUPPRESS=="
+               for option in action.option_strings if option.startswith("--") and option != "--help"}
+    cell_usage = LINE_USAGE.split("%%mpi", 1)[1]
+    assert options and not {option for option in options if option not in cell_usage}, \
+        f"%%mpi's options that LINE_USAGE does not show: {sorted(o for o in options if o not in cell_usage)}"
+
+
 def test_the_debug_adapter_answers_the_protocols_requests_and_refuses_its_own_helpers():
     """JupyterLab's debugger panel reaches only the requests in the adapter's table; a command
     named like one of its helpers (``_ask``, ``_step``, ``_event``) is refused, not called."""

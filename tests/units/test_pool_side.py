@@ -309,7 +309,7 @@ def test_every_pool_option_is_read_back_and_described():
     from mpinb.pool._pool import OPTIONS, Pool
 
     assert OPTIONS and "encrypt" in OPTIONS and "n" not in OPTIONS
-    undescribed = [name for name in OPTIONS if f"``{name}``" not in (Pool.__doc__ or "")]
+    undescribed = [name for name in ["n", *OPTIONS] if f":param {name}: " not in (Pool.__doc__ or "")]
     assert not undescribed, f"Pool's docstring does not describe {undescribed}"
     chosen = {"launcher": "mpi", "mpiexec": "/usr/bin/mpiexec", "mpiexec_args": ["-f", "hosts"],
               "env": {"OMP_NUM_THREADS": "2"}, "yield_when_idle": True, "start_timeout": 30.0,
