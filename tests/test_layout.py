@@ -50,7 +50,6 @@ def _imports(path: Path, for_types: bool = True) -> list[tuple[str, bool]]:
     function: a function's import runs only when it is called, on the side that calls it).
     ``for_types=False`` leaves out what ``if TYPE_CHECKING:`` imports (never at run time)."""
     tree = _tree(path)
-    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
     found: list[tuple[str, bool]] = []
 
     def visit(node: ast.AST, top: bool) -> None:
@@ -61,11 +60,7 @@ def _imports(path: Path, for_types: bool = True) -> list[tuple[str, bool]]:
             if isinstance(child, ast.Import):
                 found.extend((alias.name, inner) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    module = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    module = child.module or ""
+                module = _source_of(path, child)
                 # `from ..rank import _introspect` imports a module: the module is what counts
                 found.extend((f"{module}.{alias.name}" if _is_module(f"{module}.{alias.name}") else module, inner)
                              for alias in child.names)
@@ -73,6 +68,15 @@ def _imports(path: Path, for_types: bool = True) -> list[tuple[str, bool]]:
 
     visit(tree, True)
     return [(name, top) for name, top in found if name == "mpinb" or name.startswith("mpinb.")]
+
+
+def _source_of(path: Path, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` in ``path`` imports from, dotted, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _is_module(dotted: str) -> bool:
@@ -91,8 +95,8 @@ def test_the_rank_side_imports_only_itself_and_the_shared_modules():
 
 
 def test_the_traced_mpi_layer_never_imports_the_ranks_runtime():
-    """``rank/mpi/`` runs where no engine does (a spawn's children, a script under plain mpiexec), so
-    its arrows point one way: the runtime in ``rank/`` imports it, never the reverse."""
+    """``rank/mpi/`` runs where no engine does (a spawn's children), so its arrows point one way:
+    the runtime in ``rank/`` imports it, never the reverse."""
     layer = PACKAGE / "rank" / "mpi"
     wrong = [(_dotted(path), name) for path in layer.rglob("*.py") for name, _ in _imports(path)
              if not (name.startswith("mpinb.rank.mpi") or _is_shared(name))]
@@ -199,14 +203,21 @@ def test_no_module_writes_another_modules_variables():
     for path in _modules():
         tree = _tree(path)
         modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                   for alias in node.names if node.level and _is_module_name(path, node, alias.name)}
-        modules |= {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names if alias.asname and alias.name.startswith("mpinb")}
+                   for alias in node.names if _is_module(f"{_source_of(path, node)}.{alias.name}")}
+        modules |= {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names if alias.name.startswith("mpinb")}
         writes += [f"{_dotted(path)}:{node.lineno} {ast.unparse(target)}" for node in ast.walk(tree)
                    for target in _assigned(node)
-                   if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                   and target.value.id in modules]
+                   if isinstance(target, ast.Attribute) and _root_name(target) in modules]
     assert not writes, f"modules that write another module's variables: {writes}"
+
+
+def _root_name(target: ast.Attribute) -> str | None:
+    """``a`` of ``a.b.c``: the name an attribute chain starts from."""
+    value: ast.expr = target
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return value.id if isinstance(value, ast.Name) else None
 
 
 def _assigned(node: ast.AST) -> list[ast.expr]:
@@ -214,13 +225,6 @@ def _assigned(node: ast.AST) -> list[ast.expr]:
     targets = node.targets if isinstance(node, ast.Assign) else \
         [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
     return [part for target in targets for part in (target.elts if isinstance(target, ast.Tuple) else [target])]
-
-
-def _is_module_name(path: Path, node: ast.ImportFrom, name: str) -> bool:
-    """Whether ``from <node's module> import name`` in ``path`` imports a module of mpinb."""
-    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
-    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-    return _is_module(".".join(base + ([node.module] if node.module else []) + [name]))
 
 
 def test_each_module_opens_with_one_line_that_says_what_it_is_for():

@@ -280,6 +280,17 @@ def test_a_call_made_in_library_code_is_told_at_the_users_line(pool4):
     assert view.library_lines[f"0 {view.files.index(cell_file)} 3"] == f"{contextlib.__file__}:{behind[1]}"
 
 
+def test_mpinbs_own_helpers_count_as_library_code_wherever_they_sit(pool4):
+    """The training tutorials' ``ring_allreduce`` (``mpinb/train``) makes its calls for the cell:
+    each is told at the cell's line, whatever folder of mpinb the tracer's own modules are in."""
+    import mpinb.train
+
+    trace = pool4.run("from mpinb.train import ring_allreduce\ntotal = ring_allreduce(comm, np.ones(8))").trace
+    files = {(str(e["file"]), int(e["line"])) for e in trace.events}
+    assert len(files) == 1 and next(iter(files))[1] == 2, files
+    assert mpinb.train.__file__.rsplit("/", 1)[0] not in next(iter(files))[0]
+
+
 @pytest.mark.parametrize("world", ["started", "fresh"])
 def test_freeing_the_world_behaves_as_in_mpi4py(pool4, world):
     """Also once an aborted run gave the ranks a fresh world (a copy of MPI's, which MPI itself

@@ -269,7 +269,7 @@ class RankDebugAdapter:
         pool = session.current_pool()
         if pool is None or not pool.running:
             raise RuntimeError("no pool is running")
-        answer = pool.ask_debuggers([rank], op, **args)[rank]
+        answer = pool.ask_debuggers([rank], op, args)[rank]
         wrong = _channel.failure(answer)
         if wrong:
             raise RuntimeError(f"rank {rank}: {wrong}")

@@ -8,6 +8,7 @@ through the pool's controller, signed with the session key like every other mess
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..common._protocol import DEBUG_REQUEST
@@ -19,24 +20,26 @@ ANSWER_WITHIN = 3.0
 COMPUTE_WITHIN = 60.0  # what a rank that answers may take to compute (a digest of a large array)
 
 
-def ask_computing(supervisor: Supervisor, ranks: list[int], op: str, **args: object) -> dict[int, dict]:
+def ask_computing(supervisor: Supervisor, ranks: list[int], op: str,
+                  args: Mapping[str, object] | None = None) -> dict[int, dict]:
     """Each rank's answer to ``op``, which computes (``inspect`` digests a whole array): the
     ranks that answer a question that computes nothing within ``ANSWER_WITHIN`` are then given
     ``COMPUTE_WITHIN`` seconds. A crowded machine (ranks beside other work on few cores) may take
     longer than ANSWER_WITHIN to compute, and such a rank is working, not stuck in a C call."""
     alive = ask(supervisor, ranks, "state")
     answering = [rank for rank in ranks if alive[rank].get("status") != "timeout"]
-    answers = ask(supervisor, answering, op, timeout=COMPUTE_WITHIN, **args) if answering else {}
+    answers = ask(supervisor, answering, op, args, timeout=COMPUTE_WITHIN) if answering else {}
     return {rank: answers.get(rank, alive[rank]) for rank in ranks}
 
 
-def ask(supervisor: Supervisor, ranks: list[int], op: str, timeout: float = ANSWER_WITHIN,
-        **args: object) -> dict[int, dict]:
-    """Each rank's answer to ``op``; a rank that did not answer within ``timeout`` seconds gets
-    ``{"status": "timeout"}`` (its main thread holds Python's lock in a long C call, say)."""
+def ask(supervisor: Supervisor, ranks: list[int], op: str, args: Mapping[str, object] | None = None,
+        timeout: float = ANSWER_WITHIN) -> dict[int, dict]:
+    """Each rank's answer to ``op`` with ``args``; a rank that did not answer within ``timeout``
+    seconds gets ``{"status": "timeout"}`` (its main thread holds Python's lock in a long C call, say)."""
     client = supervisor.client
     identities = client._build_targets(supervisor.engines(ranks))[0]
-    futures = [client._send(client._control_stream, DEBUG_REQUEST, content={"op": op, "args": args}, ident=ident)
+    request = {"op": op, "args": dict(args or {})}
+    futures = [client._send(client._control_stream, DEBUG_REQUEST, content=request, ident=ident)
                for ident in identities]
     deadline = time.monotonic() + timeout
     answers: dict[int, dict] = {}

@@ -111,7 +111,7 @@ class Breakpoints:
         if command == "detach":
             answers = _channel.ask(self.supervisor, ranks, "detach")
         else:
-            answers = _channel.ask(self.supervisor, ranks, "command", line=command)
+            answers = _channel.ask(self.supervisor, ranks, "command", {"line": command})
         outputs, problems = {}, []
         for rank, answer in answers.items():
             wrong = _channel.failure(answer)
@@ -258,7 +258,7 @@ class RankSession:
 
     def __init__(self, supervisor: Supervisor, rank: int):
         self.supervisor, self.rank = supervisor, rank
-        answer = _channel.ask(supervisor, [rank], "command", line="")[rank]
+        answer = _channel.ask(supervisor, [rank], "command", {"line": ""})[rank]
         wrong = _channel.failure(answer)
         if wrong:
             raise LookupError(f"rank {rank}: {wrong}")
@@ -266,7 +266,7 @@ class RankSession:
         self.opening = answer.get("output", "")
 
     def command(self, line: str) -> str:
-        answer = _channel.ask(self.supervisor, [self.rank], "command", line=line)[self.rank]
+        answer = _channel.ask(self.supervisor, [self.rank], "command", {"line": line})[self.rank]
         wrong = _channel.failure(answer)
         if wrong:
             raise RuntimeError(f"rank {self.rank}: {wrong}")

@@ -136,7 +136,7 @@ def inspect(supervisor: Supervisor, ranks: list[int], expression: str) -> Inspec
         compile(expression, "<inspect>", "eval")
     except SyntaxError as err:
         raise SyntaxError(f"inspect {expression!r}: {err.msg}") from None
-    answers = _channel.ask_computing(supervisor, ranks, "inspect", expr=expression)
+    answers = _channel.ask_computing(supervisor, ranks, "inspect", {"expr": expression})
     missing = [rank for rank, answer in answers.items() if "missing" in answer]
     if missing:
         name = answers[missing[0]]["missing"]
@@ -170,7 +170,7 @@ def _where_arrays_differ(supervisor: Supervisor, inspection: Inspection) -> list
         if not blocks:
             continue
         answers = _channel.ask_computing(supervisor, [ranks[0], reference_ranks[0]], "elements",
-                                         expr=inspection.expression, block_numbers=blocks)
+                                         {"expr": inspection.expression, "block_numbers": blocks})
         theirs, ours = answers[ranks[0]], answers[reference_ranks[0]]
         if _channel.failure(theirs) or _channel.failure(ours):
             continue

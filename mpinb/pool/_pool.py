@@ -94,7 +94,8 @@ class Pool:
         other hosts), ``"srun"`` (inside a Slurm allocation), ``"slurm"`` (a batch job), or another
         of ipyparallel's engine launchers.
     :param launcher_options: that launcher's settings (a batch job's partition, time, account).
-    :param mpiexec: which launcher program; default: the one beside this Python, else the PATH's.
+    :param mpiexec: which launcher program; default: ``$MPINB_MPIEXEC``, else the one beside this
+        Python, else the PATH's.
     :param mpiexec_args: its arguments (hosts, binding), as a list.
     :param env: environment variables for every rank.
     :param yield_when_idle: whether ranks waiting in MPI yield their core; default: when ranks
@@ -565,18 +566,19 @@ class Pool:
         """
         return inspect(self._running(), self.ranks(targets), expression)
 
-    def ask_debuggers(self, ranks: list[int], op: str, **args: Any) -> dict[int, dict]:
+    def ask_debuggers(self, ranks: list[int], op: str, args: Mapping[str, object] | None = None) -> dict[int, dict]:
         """Each rank's debugger's answer to one request: the route of the MPI kernel's debugger.
 
         The request goes on ipyparallel's control channel, which a rank reads while it runs a cell,
         waits in MPI or is stopped.
 
         :param ranks: the ranks to ask.
-        :param op: the request (``"stackTrace"``, ``"detach"``...); ``args`` are its arguments.
+        :param op: the request (``"frames"``, ``"variables"``, ``"detach"``...).
+        :param args: its arguments (``{"level": 0}``).
         :returns: each rank's answer; a rank that did not answer within 3 s gets
             ``{"status": "timeout"}``.
         """
-        return ask(self._running(), ranks, op, **args)
+        return ask(self._running(), ranks, op, args)
 
     def post_mortem(self, rank: int | None = None) -> RankSession:
         """A debugger on one rank, at the frame that raised.
@@ -603,7 +605,8 @@ class Pool:
         :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
         :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
         :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+            ``missing`` say where each rank stands.
+        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
         :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         self._moving("the push", lambda supervisor: _data.push(supervisor, namespace, ranks, seconds))
@@ -615,7 +618,8 @@ class Pool:
         :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
         :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
         :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+            ``missing`` say where each rank stands.
+        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
         :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the pull", lambda supervisor: _data.pull(supervisor, name, ranks, seconds))
@@ -630,7 +634,8 @@ class Pool:
         :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
         :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
         :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+            ``missing`` say where each rank stands.
+        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
         :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         self._moving("the scatter", lambda supervisor: _data.scatter(supervisor, name, array, ranks, seconds))
@@ -642,7 +647,8 @@ class Pool:
         :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
         :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
         :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands (a ``TransferTimeoutError`` after ``timeout``).
+            ``missing`` say where each rank stands.
+        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
         :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the gather", lambda supervisor: _data.gather(supervisor, name, ranks, seconds))

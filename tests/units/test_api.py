@@ -52,7 +52,8 @@ def test_the_api_pages_give_each_parameter_a_line():
         doc = inspect.getdoc(function) or ""
         fields = "\n".join(re.findall(r"^:param .*(?:\n    .*)*", doc, re.MULTILINE))
         parameters = [parameter for parameter in inspect.signature(function).parameters.values()
-                      if parameter.name not in ("self", "args", "kwargs")]
+                      if parameter.name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL,
+                                                                             parameter.VAR_KEYWORD)]
         undescribed += [f"{name}({parameter.name})" for parameter in parameters
                         if f":param {parameter.name}:" not in fields and f"``{parameter.name}``" not in fields]
     assert len(_public_callables()) > 30, "the walk over the API found too little to judge"

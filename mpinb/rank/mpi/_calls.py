@@ -12,6 +12,7 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 from mpi4py import MPI
@@ -22,7 +23,8 @@ from ._recorder import RECORDER as _rec
 from ._waiting import abandon as _abandon
 from ._waiting import wait as _poll
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # mpinb's own code
+# mpinb's own code: the folder of the package this module is in, however deep it sits
+PACKAGE_DIR = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 2]) + os.sep
 PlainIntracomm = MPI.Intracomm
 PlainRequest = MPI.Request  # mpi4py's own class; MPI.Request is replaced by TracedRequest
 NAN = float("nan")
