@@ -145,6 +145,71 @@ def test_a_local_pool_can_be_encrypted_too():
         assert pool._supervisor.route.relaying and pool.last_result.stdout == {r: f"{r}\n" for r in range(3)}
 
 
+# Another user, listening to every TCP port given: a SUB socket subscribed to everything on each
+# (what ipyparallel's output and the relay's runs are published on), printing what arrives.
+EAVESDROPPER = """
+import sys, time, zmq
+context = zmq.Context()
+poller = zmq.Poller()
+for port in sys.argv[1:]:
+    sock = context.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    poller.register(sock, zmq.POLLIN)
+print("listening", flush=True)
+heard = []
+until = time.monotonic() + float(8)
+while time.monotonic() < until:
+    for sock, _ in poller.poll(100):
+        heard += sock.recv_multipart()
+sys.stdout.write(repr(b"".join(heard)))
+"""
+
+
+def _pool_tcp_ports(pool: mpinb.Pool) -> list[int]:
+    """The TCP ports the pool's controller and ranks listen on."""
+    controller = psutil.Process(pool._supervisor.cluster.controller.pid)
+    ranks = [psutil.Process(row["pid"]) for row in pool.status()]
+    processes = [controller, *controller.children(recursive=True), *ranks]
+    return sorted({c.laddr.port for proc in processes for c in proc.net_connections(kind="tcp")
+                   if c.status == psutil.CONN_LISTEN})
+
+
+def _what_a_stranger_hears(pool: mpinb.Pool, cell: str) -> str:
+    """Everything another user reads on the pool's TCP ports while ``cell`` runs, twice."""
+    stranger = subprocess.Popen([*STRANGER, sys.executable, "-c", EAVESDROPPER, *map(str, _pool_tcp_ports(pool))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert stranger.stdout.readline() == "listening\n", stranger.stderr.read()
+        time.sleep(1.0)  # the subscriptions reach the publishers
+        for _ in range(2):
+            pool.run(cell)
+        heard, errors = stranger.communicate(timeout=30)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert stranger.returncode == 0, errors
+    return heard
+
+
+@pytest.mark.skipif(not can_be_a_stranger, reason="needs root, to be another user (setpriv)")
+def test_a_local_pool_given_an_address_is_encrypted_and_another_user_reads_nothing():
+    """``controller_ip`` puts a pool on this host on TCP, where any local user can connect: it is
+    encrypted as a pool across hosts is, and ``encrypt=False`` warns of exactly what another user
+    then reads (which this test reads, as ``nobody``, to show the warning true)."""
+    cell = "print('secret-output-' + 'x' * 3)\nsecret_cell_source = 1"
+    with mpinb.Pool(3, controller_ip="127.0.0.1") as pool:
+        assert pool.settings.encrypted and _pool_tcp_ports(pool), "on TCP, and encrypted"
+        heard = _what_a_stranger_hears(pool, cell)
+        assert "secret" not in heard, f"another user read the pool: {heard[:300]}"
+        assert pool.last_result.stdout[0] == "secret-output-xxx\n"
+    with pytest.warns(UserWarning, match="any user of this host who connects to its ports reads the cells"):
+        pool = mpinb.Pool(3, controller_ip="127.0.0.1", encrypt=False).start()
+    with pool:
+        heard = _what_a_stranger_hears(pool, cell)
+        assert "secret_cell_source" in heard or "secret-output" in heard, "the warning is true: a stranger reads it"
+
+
 def _stranger_with_keys(kind: int, address: str, hub_public: bytes) -> zmq.Socket:
     """A socket of someone who knows the relay's public key (CurveZMQ takes it as public) but
     is not a rank: a key pair of their own."""

@@ -112,7 +112,7 @@ def start_parser(name: str) -> UsageParser:
                              "(default: 60, plus 1 per rank beyond one per core)")
     encryption = parser.add_mutually_exclusive_group()
     encryption.add_argument("--encrypt", dest="encrypt", action="store_const", const=True,
-                            help="encrypt every socket of the pool (CurveZMQ; default when ranks run on other hosts)")
+                            help="encrypt every socket of the pool (CurveZMQ; default whenever it listens on TCP)")
     encryption.add_argument("--no-encrypt", dest="encrypt", action="store_const", const=False,
                             help="sign messages only, do not encrypt them")
     parser.add_argument("--verify", action="store_true",

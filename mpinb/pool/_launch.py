@@ -66,15 +66,22 @@ class LaunchSettings:
     yield_when_idle: bool | None = None
     launcher_options: dict = field(default_factory=dict)
     encrypt: bool | None = None
+    controller_ip: str | None = None
 
     @property
     def encrypted(self) -> bool:
         """Whether every socket of the pool is encrypted (CurveZMQ): when asked, or when
-        ipyparallel is told so (``IPP_ENABLE_CURVE=1``), or by default when ranks run elsewhere
-        (their messages cross a network that others share)."""
+        ipyparallel is told so (``IPP_ENABLE_CURVE=1``), or by default whenever the pool listens
+        on TCP, where any user of the host (and of the network, beyond loopback) can connect."""
         if self.encrypt is not None:
             return self.encrypt
-        return os.environ.get("IPP_ENABLE_CURVE") == "1" or not self.on_this_host
+        return os.environ.get("IPP_ENABLE_CURVE") == "1" or not self.private_sockets
+
+    @property
+    def private_sockets(self) -> bool:
+        """Whether the pool listens on Unix sockets in its private folder only: when every rank
+        runs on this host and no address was asked for (see _runfolder)."""
+        return self.on_this_host and not self.controller_ip
 
     @property
     def local(self) -> bool:

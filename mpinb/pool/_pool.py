@@ -110,8 +110,11 @@ class Pool:
     :param controller_ip: the address the controller listens on; default: a private folder of
         Unix sockets when every rank runs here, this host's name otherwise.
     :param encrypt: CurveZMQ on every socket of the pool, the relay of runs included; default:
-        when ranks run on other hosts (a pool on this host listens where only you can reach).
-        Every message is signed (HMAC) either way.
+        whenever the pool listens on TCP (ranks on other hosts, or a ``controller_ip``). A pool
+        whose ranks all run here listens on Unix sockets in a folder only you can open, and is
+        not encrypted unless asked. ``False`` on TCP warns: anyone who can reach the ports reads
+        the cells and their output. Every message is signed (HMAC) either way, so no one without
+        the key can run code in the pool.
     :param verify: whether every run checks MPI correctness beyond the cheap checks of each
         traced run (see :meth:`run`); default: ``$MPINB_VERIFY`` (``1``: on), else off.
     :raises ValueError: an option out of range (a rank count of 0, a negative timeout).
@@ -157,7 +160,7 @@ class Pool:
             raise TypeError(f"yield_when_idle must be True, False or None (decide by ranks per core), "
                             f"not {yield_when_idle!r}")
         if encrypt not in (None, True, False):
-            raise TypeError(f"encrypt must be True, False or None (encrypt when ranks run on other hosts), "
+            raise TypeError(f"encrypt must be True, False or None (encrypt whenever the pool listens on TCP), "
                             f"not {encrypt!r}")
         if env is not None and (not isinstance(env, Mapping)
                                 or not all(isinstance(key, str) and key for key in env)):
@@ -171,6 +174,7 @@ class Pool:
             yield_when_idle=yield_when_idle,
             launcher_options=dict(launcher_options or {}),
             encrypt=encrypt,
+            controller_ip=controller_ip,
         )
         self.start_timeout = start_timeout  # None: what the ranks per core need (see LaunchSettings)
         self.max_output_lines = max_output_lines
@@ -178,7 +182,6 @@ class Pool:
         self.trace_capacity = trace_capacity  # MPI calls one rank records in one run, at most
         self.trace_budget = trace_budget  # and all ranks of a run together (see _limits)
         self.verify = verify_default() if verify is None else verify
-        self.controller_ip = controller_ip
         # After an interrupt or a timeout, how long ranks get to stop before the pool takes them
         # as stuck (inside a call that ignores interrupts) and starts fresh processes.
         self.stop_timeout = stop_timeout
@@ -237,7 +240,7 @@ class Pool:
 
     def _launch(self) -> Pool:
         start_timeout = self.start_timeout or self.settings.default_start_timeout
-        supervisor = Supervisor(self.settings, start_timeout, self.controller_ip)
+        supervisor = Supervisor(self.settings, start_timeout)
         supervisor.start()
         self._supervisor = supervisor
         self._generation, self._settled = 0, True

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,13 +88,22 @@ class Unregistration:
     seen: float  # time.monotonic() when the notebook heard of it
 
 
+def _unencrypted_warning(address: str, on_this_host: bool) -> str:
+    """What a pool that listens on TCP without encryption (``encrypt=False``) exposes, and to whom."""
+    loopback = address in ("127.0.0.1", "localhost", "::1")
+    who = "any user of this host" if on_this_host and loopback else "anyone on the network who reaches this host"
+    return (f"encrypt=False: this pool listens on TCP ({address}) without encryption, so {who} who connects to "
+            "its ports reads the cells' code and the ranks' output. Messages stay signed: nobody without the "
+            "pool's key can run code in it. Leave encrypt unset (or drop --no-encrypt) to encrypt.")
+
+
 class Supervisor:
     """The controller, the ranks' processes, the watchdog and the death watch of one pool."""
 
-    def __init__(self, settings: LaunchSettings, start_timeout: float, controller_ip: str | None):
+    def __init__(self, settings: LaunchSettings, start_timeout: float):
         self.settings = settings
         self.start_timeout = start_timeout
-        self.controller_ip = controller_ip
+        self.controller_ip = settings.controller_ip
         self.cluster: Any = None  # ipyparallel.Cluster
         self.client: Any = None  # ipyparallel.Client
         self.engine_of: dict[int, int] = {}
@@ -185,6 +195,8 @@ class Supervisor:
                 raise PoolStartError("encrypt=True needs ZeroMQ with CurveZMQ, which this pyzmq lacks "
                                      "(zmq.has('curve') is False): install pyzmq's wheel from PyPI.")
             listen.append("--IPController.enable_curve=True")
+        elif not self.private_sockets:
+            warnings.warn(_unencrypted_warning(cluster_kw["controller_ip"], settings.on_this_host), stacklevel=4)
         launcher_class = "mpi" if settings.local or settings.launcher == ALLOCATION_LAUNCHER else settings.launcher
         cluster = ipp.Cluster(
             engines=launcher_class,
@@ -241,9 +253,9 @@ class Supervisor:
 
     @property
     def private_sockets(self) -> bool:
-        """Whether the pool listens on Unix sockets in its private folder only: when every rank
-        runs on this host and no address was asked for (see _runfolder)."""
-        return self.settings.on_this_host and not self.controller_ip
+        """Whether the pool listens on Unix sockets in its private folder only (see
+        :attr:`LaunchSettings.private_sockets`)."""
+        return self.settings.private_sockets
 
     @staticmethod
     def _private_sockets_arguments(folder: str) -> list[str]:
