@@ -195,6 +195,33 @@ def test_tutorials_are_copied_and_a_learners_edits_are_never_overwritten(tmp_pat
     assert refused.returncode == 2 and "is a file, not a folder" in refused.stderr
 
 
+def test_tutorials_are_never_written_through_a_link_in_the_folder(tmp_path):
+    """A course folder others can write to may hold planted links: mpinb tutorials follows none of
+    them, out of the folder or in it, and says which it left alone."""
+    outside = tmp_path / "victim"
+    outside.mkdir()
+    precious = outside / "notes.txt"
+    precious.write_text("mine")
+    folder = tmp_path / "course"
+    folder.mkdir()
+    (folder / "01-point-to-point.ipynb").symlink_to(precious)  # a tutorial's name, linked out
+    (folder / "zh").symlink_to(outside, target_is_directory=True)  # a linked subfolder
+    (folder / "02-collectives.ipynb").symlink_to(outside / "made.ipynb")  # a dangling link
+    done = mpinb("tutorials", str(folder), timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert precious.read_text() == "mine" and sorted(p.name for p in outside.iterdir()) == ["notes.txt"]
+    for link in ("01-point-to-point.ipynb", "02-collectives.ipynb", "zh"):
+        assert (folder / link).is_symlink() and link in done.stdout, f"{link} left as it was, and named"
+    assert "never follows" in done.stdout and (folder / "03-nonblocking.ipynb").is_file(), "the rest copied"
+
+    manifest = folder / ".mpinb-tutorials.json"
+    manifest.unlink()
+    manifest.symlink_to(precious)  # the record of what was copied, linked out
+    refused = mpinb("tutorials", str(folder), timeout=60)
+    assert refused.returncode == 2 and ".mpinb-tutorials.json is a symbolic link" in refused.stderr
+    assert precious.read_text() == "mine"
+
+
 @pytest.mark.timeout(20)
 def test_the_bench_starts():
     """``make test`` runs no benchmark: this keeps a rename in mpinb from breaking ``make bench``

@@ -143,6 +143,25 @@ def test_an_edited_export_is_never_overwritten(tmp_path):
     assert (tmp_path / "mine.py").read_text() == "print('mine')\n"
 
 
+@pytest.mark.unit
+def test_an_export_never_writes_through_a_link(tmp_path):
+    """A link where the script, its batch job or its data would go is refused, with --force too:
+    one planted in a shared folder would otherwise carry the export onto any file of the user's."""
+    from mpinb._confined import LinkRefused
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "job.sbatch").symlink_to(precious)
+    exported = export_cells(cells("%%mpi -n 2\nx = 1"))
+    for force in (False, True):
+        with pytest.raises(LinkRefused, match="job.sbatch is a symbolic link"):
+            write(exported, str(folder / "job.py"), slurm={}, force=force)
+    assert precious.read_text() == "mine" and (folder / "job.sbatch").is_symlink()
+    assert not (folder / "job.py").exists(), "nothing is written once a link is found"
+
+
 # -- what the program does: the notebook's results under mpiexec -----------------------------------
 
 PROGRAM = [

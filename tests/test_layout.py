@@ -239,6 +239,21 @@ def test_each_module_opens_with_one_line_that_says_what_it_is_for():
     assert not long, f"modules whose docstring does not open with one short sentence: {long}"
 
 
+# The modules that write into a folder a user names; each writes only through _confined.Confined.
+WRITERS_INTO_USERS_FOLDERS = ("cli/_tutorials.py", "notebook/_export_files.py")
+
+
+def test_files_go_into_a_users_folder_only_through_the_helper_that_follows_no_link():
+    """``mpinb._confined`` refuses every link inside a folder a user named; a module that writes
+    there with ``open``, ``write_text``, ``write_bytes`` or ``np.save`` of its own would not."""
+    for relative in WRITERS_INTO_USERS_FOLDERS:
+        path = PACKAGE / relative
+        assert "mpinb._confined" in {name for name, _ in _imports(path)}, f"{relative} does not use _confined"
+        calls = [ast.unparse(node.func) for node in ast.walk(_tree(path)) if isinstance(node, ast.Call)]
+        own = [call for call in calls if call == "open" or call.endswith((".write_text", ".write_bytes", "np.save"))]
+        assert not own, f"{relative} writes files itself: {own}"
+
+
 def test_handlers_are_found_in_tables_not_by_names_built_from_strings():
     """``getattr(self, f"_{word}")`` hides which methods are reachable from readers and tools, and
     reaches helpers nobody meant to expose: the magics, the exporter and the debug adapter keep

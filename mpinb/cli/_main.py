@@ -145,7 +145,7 @@ def _copy_tutorials(args) -> int:
     copied = copy_tutorials(args.directory)
     print(copied.text())
     print(f"open them with: mpinb lab {copied.folder}")
-    return 0
+    return 1 if copied.links else 0
 
 
 def _run(args) -> int:

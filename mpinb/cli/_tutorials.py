@@ -18,6 +18,8 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
+from .._confined import Confined, LinkRefused
+
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFEST = ".mpinb-tutorials.json"
 DEFAULT_FOLDER = "mpinb-tutorials"
@@ -50,6 +52,7 @@ class Copied:
     updated: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # edited by the learner: left as they are
     same: list[str] = field(default_factory=list)
+    links: set[str] = field(default_factory=set)  # links where tutorials go: never followed
 
     def text(self) -> str:
         lines = [f"mpinb tutorials: {self.folder}"]
@@ -62,12 +65,16 @@ class Copied:
         if self.kept:
             lines.append(f"  kept your edits in {', '.join(self.kept)}: to get this mpinb's version of one, "
                          "move it away and run `mpinb tutorials` again")
+        if self.links:
+            lines.append(f"  wrote nothing through {', '.join(sorted(self.links))}: a symbolic link, which mpinb "
+                         "never follows (one in a shared folder could point at any of your files); remove it "
+                         "and run `mpinb tutorials` again")
         return "\n".join(lines)
 
 
 def copy_tutorials(folder: str | os.PathLike | None = None) -> Copied:
     """Copy the tutorials into ``folder`` (default ``./mpinb-tutorials``), never over a file the
-    learner changed."""
+    learner changed, and never through a link in the folder (see :mod:`mpinb._confined`)."""
     tutorials = source()
     if tutorials is None:
         raise FileNotFoundError("this mpinb has no tutorials: it was installed without them (a wheel of "
@@ -76,28 +83,29 @@ def copy_tutorials(folder: str | os.PathLike | None = None) -> Copied:
     if target.exists() and not target.is_dir():
         raise FileNotFoundError(f"{target} is a file, not a folder: name a folder for the tutorials")
     _check_writable(target)
-    manifest_path = target / MANIFEST
-    recorded = _read_manifest(manifest_path)
+    confined = Confined(target)
+    recorded = _read_manifest(confined.read(MANIFEST))  # a link there is refused before any file is written
     done = Copied(target)
     for relative, content in _files(tutorials):
         digest = _digest(content)
-        path = target / relative
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            done.added.append(relative)
-        else:
-            present = _digest(path.read_bytes())
-            if present == digest:
+        try:
+            present = confined.read(relative)
+            if present is None:
+                confined.write(relative, content)
+                done.added.append(relative)
+            elif _digest(present) == digest:
                 done.same.append(relative)
-            elif present == recorded.get(relative):  # as we copied it: the learner did not touch it
-                path.write_bytes(content)
+            elif _digest(present) == recorded.get(relative):  # as we copied it: the learner did not touch it
+                confined.write(relative, content)
                 done.updated.append(relative)
             else:
                 done.kept.append(relative)
                 continue  # the record keeps what we copied then, so that a later run still tells
+        except LinkRefused as link:
+            done.links.add(str(link.path.relative_to(target)))
+            continue
         recorded[relative] = digest
-    manifest_path.write_text(json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    confined.write(MANIFEST, (json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
     return done
 
 
@@ -118,12 +126,12 @@ def _digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def _read_manifest(path: Path) -> dict[str, str]:
-    try:
-        recorded = json.loads(path.read_text())
-    except FileNotFoundError:
+def _read_manifest(content: bytes | None) -> dict[str, str]:
+    if content is None:
         return {}
-    except (OSError, ValueError):
+    try:
+        recorded = json.loads(content)
+    except ValueError:
         return {}  # unreadable: every file that differs counts as the learner's
     return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
 

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from .._confined import Confined
 from ..pool._slurm import batch_script
 from ._export import Exported, ExportError
 
@@ -21,13 +22,12 @@ def _signed(text: str) -> str:
     return f"{text}{_SIGNATURE}{hashlib.sha256(text.encode()).hexdigest()}\n"
 
 
-def _ours_unchanged(path: str) -> bool:
-    """Whether the file at ``path`` is an export that nobody edited since (re-exporting replaces
-    it); anything else there is somebody's work, which an export never overwrites unasked."""
+def _ours_unchanged(content: bytes) -> bool:
+    """Whether ``content`` is an export that nobody edited since (re-exporting replaces it);
+    anything else is somebody's work, which an export never overwrites unasked."""
     try:
-        with open(path) as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError):
+        text = content.decode()
+    except UnicodeDecodeError:
         return False
     body, found, digest = text.rpartition(_SIGNATURE)
     return bool(found) and digest.strip() == hashlib.sha256(body.encode()).hexdigest()
@@ -47,27 +47,28 @@ def job_script(exported: Exported, script: str, ranks: int | None = None, time: 
 def write(exported: Exported, path: str, slurm: dict[str, Any] | None = None, force: bool = False) -> list[str]:
     """Write the script (and its data files, and with ``slurm`` its batch script) at ``path``;
     the files written. A file there that is not an unedited export is kept (``FileExistsError``)
-    unless ``force``."""
+    unless ``force``; a link there is never written through (``LinkRefused``), whatever ``force``."""
+    import io
+
     import numpy as np
 
     path = os.path.abspath(path)
-    job = os.path.splitext(path)[0] + ".sbatch"
-    for target in [path, *([job] if slurm is not None else [])]:
-        if os.path.exists(target) and not force and not _ours_unchanged(target):
-            raise FileExistsError(f"{target} exists and is not an export nobody edited since: it is kept. "
-                                  "Name another file (-o), or replace it (--force)")
-    written = [path]
-    with open(path, "w") as handle:
-        handle.write(_signed(exported.script))
+    folder = Confined(os.path.dirname(path))
+    script = os.path.basename(path)
+    job = os.path.splitext(script)[0] + ".sbatch"
+    files = {script: _signed(exported.script).encode()}
     for name, value in exported.data.items():
-        target = os.path.join(os.path.dirname(path), name)
-        np.save(target, value, allow_pickle=False)
-        written.append(target)
+        array = io.BytesIO()
+        np.lib.format.write_array(array, np.asanyarray(value), allow_pickle=False)
+        files[name] = array.getvalue()  # (named NAME.npy by the export)
     if slurm is not None:
-        with open(job, "w") as handle:
-            handle.write(_signed(job_script(exported, path, **slurm)))
-        written.append(job)
-    return written
+        files[job] = _signed(job_script(exported, path, **slurm)).encode()
+    for name in files:  # every file checked before any is written
+        present = folder.read(name)
+        if name in (script, job) and present is not None and not force and not _ours_unchanged(present):
+            raise FileExistsError(f"{folder.folder / name} exists and is not an export nobody edited since: it is "
+                                  "kept. Name another file (-o), or replace it (--force)")
+    return [str(folder.write(name, content)) for name, content in files.items()]
 
 
 def report(exported: Exported, written: list[str]) -> str:
