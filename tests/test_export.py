@@ -305,7 +305,7 @@ def run_as_a_batch_job(folder, env: dict[str, str], start: str, ranks: int = 2,
     assert f"or as a Slurm job: mpinb submit {folder / 'batch'}.sbatch" in exported.stdout
     submitted = mpinb("submit", str(folder / "batch.sbatch"), cwd=str(folder))
     assert submitted.returncode == 0, submitted.stderr
-    job = re.search(r"job (\d+) submitted; its output goes to (\S+)", submitted.stdout)
+    job = re.search(r"job (\d+) submitted; its output goes to (.+)\n", submitted.stdout)
     assert job and f"squeue -j {job.group(1)}" in submitted.stdout, submitted.stdout
     deadline = time.monotonic() + 120
     while jobs(env) and time.monotonic() < deadline:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 
@@ -187,7 +188,7 @@ def _submit(args) -> int:
         print(f"mpinb submit: {err}", file=sys.stderr)
         return 1
     print(f"mpinb submit: job {job_id} submitted; its output goes to {output}\n"
-          f"follow it: squeue -j {job_id}    (and: tail -f {output})")
+          f"follow it: squeue -j {job_id}    (and: tail -f {shlex.quote(output)})")
     return 0
 
 

@@ -133,8 +133,38 @@ def allocation_srun() -> str:
 
 def _directives(**options: str | None) -> list[str]:
     """``#SBATCH --name=value`` for each option that has a value, in the order given (``job_name``
-    is ``--job-name``)."""
-    return [f"#SBATCH --{name.replace('_', '-')}={value}" for name, value in options.items() if value]
+    is ``--job-name``). sbatch splits a directive's line at white space unless a double-quoted
+    string holds it, so a value with a space is quoted; one that no quoting carries (a line break,
+    a double quote) is refused."""
+    lines = []
+    for name, value in options.items():
+        if not value:
+            continue
+        option = f"--{name.replace('_', '-')}"
+        if '"' in value or _unprintable(value):
+            raise ValueError(f"{option} {value!r}: a batch script's #SBATCH line cannot carry a double quote or a "
+                             "control character (a line break would start a line of its own); rename it")
+        lines.append(f'#SBATCH {option}="{value}"' if any(c.isspace() for c in value) else f"#SBATCH {option}={value}")
+    return lines
+
+
+def read_directives(script: str) -> dict[str, str]:
+    """The options a batch script's ``#SBATCH`` lines give (``--output`` -> its value), read as
+    sbatch reads them: up to the first line of commands, double quotes removed."""
+    options: dict[str, str] = {}
+    for line in script.splitlines()[1:]:
+        if not line.startswith("#"):
+            if line.strip():
+                break
+            continue
+        if line.startswith("#SBATCH "):
+            option, _, value = line.removeprefix("#SBATCH ").strip().partition("=")
+            options[option] = value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+    return options
+
+
+def _unprintable(text: str) -> bool:
+    return any(not character.isprintable() for character in text)
 
 
 def slurm_job_files(log_dir: str, cluster_id: str, options: dict) -> dict[str, str]:
@@ -185,8 +215,12 @@ def batch_script(script: str, ranks: int, origin: str, launch: Mapping[str, str 
     nodes from Slurm. Its output goes beside the script."""
     folder, name = os.path.split(script)
     stem = os.path.splitext(name)[0]
+    for what, text in (("the script's path", script), ("the notebook's name", origin)):
+        if _unprintable(text):
+            raise ValueError(f"{what} {text!r} holds a control character (a line break, a tab...): a batch script "
+                             "would read it as a line of commands of its own; rename it")
     lines = ["#!/bin/bash", *_directives(job_name=stem, ntasks=str(ranks), time=time or launch.get("time") or "0:30:00",
-                                         output=f"{os.path.join(folder, stem)}-%j.out",
+                                         output=f"{os.path.join(folder, stem).replace('%', '%%')}-%j.out",
                                          partition=partition or launch.get("partition"),
                                          account=account or launch.get("account"))]
     lines += ["", f"# {name}: exported by mpinb from {origin}, run in the Python environment the notebook "
@@ -213,6 +247,13 @@ def submit(job: str) -> tuple[str, str]:
     if done.returncode != 0:
         raise RuntimeError(f"sbatch refused {job}: {(done.stderr or done.stdout).strip()}")
     job_id = done.stdout.strip().split(";")[0]
-    output = next((line.split("=", 1)[1] for line in open(job) if line.startswith("#SBATCH --output=")),
-                  os.path.join(os.path.dirname(os.path.abspath(job)), f"slurm-{job_id}.out"))
-    return job_id, output.replace("%j", job_id)
+    with open(job) as handle:
+        output = read_directives(handle.read()).get("--output")
+    if output is None:
+        return job_id, os.path.join(os.path.dirname(os.path.abspath(job)), f"slurm-{job_id}.out")
+    return job_id, output_path(output, job_id)
+
+
+def output_path(pattern: str, job_id: str) -> str:
+    """An ``--output`` pattern as Slurm fills it in for job ``job_id`` (``%j``; ``%%`` is ``%``)."""
+    return re.sub(r"%([%j])", lambda match: "%" if match[1] == "%" else job_id, pattern)

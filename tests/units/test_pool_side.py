@@ -350,3 +350,36 @@ def test_open_mpi_ranks_are_placed_as_its_mpiexec_places_them_unless_the_user_pl
     monkeypatch.setattr(_launch, "_launcher_is_prrte", lambda mpiexec: False)
     monkeypatch.delenv("OMPI_MCA_rmaps_base_mapping_policy")
     assert place(2, [], {}) == [], "Open MPI 4's, MPICH's and Intel MPI's mpiexec place ranks their own way"
+
+
+# -- a batch script: any names, the values Slurm reads back --------------------------------------------
+
+def test_a_batch_script_carries_any_folder_and_name_or_refuses_it(tmp_path):
+    """Whatever the folder and notebook are called, the batch script either carries them so that
+    sbatch reads back the same output path and job name, with no line of commands more, or refuses
+    them saying why (a line break would start a command of its own in the script)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mpinb.pool._slurm import batch_script, output_path, read_directives
+
+    launch = {"launcher": "mpi", "mpiexec": "/usr/bin/mpiexec"}
+    plain = batch_script("/home/u/run.py", 2, "nb.ipynb", launch).splitlines()
+    names = st.text(st.characters(blacklist_characters="/\0"), min_size=1, max_size=12)
+
+    @settings(max_examples=100, deadline=None, derandomize=True)
+    @given(folder=names, stem=names, origin=st.text(max_size=12))
+    def carried_or_refused(folder: str, stem: str, origin: str) -> None:
+        script = f"/home/u/{folder}/{stem}.py"
+        try:
+            text = batch_script(script, 2, origin, launch)
+        except ValueError as refused:
+            assert "rename it" in str(refused)
+            assert any(not c.isprintable() for c in script + origin) or '"' in script
+            return
+        options = read_directives(text)
+        assert output_path(options["--output"], "42") == f"/home/u/{folder}/{stem}-42.out"
+        assert options["--job-name"] == stem
+        assert len(text.splitlines()) == len(plain), "no line more than a plain name gives"
+
+    carried_or_refused()
