@@ -119,6 +119,7 @@ def test_syntax_error_is_reported_once(ip):
         ("--bogus", "unrecognized arguments: --bogus"),
         ("--targets 4", "rank 4 outside the pool"),
         ("--timeout -1", "must be more than 0 seconds"),
+        ("--timeout nan", "must be more than 0 seconds \\(a finite number\\), got nan"),
         ("--output fancy", "invalid choice: 'fancy'"),
         ("-n 8", "run `%mpi restart -n 8` first"),
         ("'unclosed", "cannot read the arguments"),
@@ -142,6 +143,7 @@ def test_cell_usage_errors(ip, line, message):
         ("status now", "takes no arguments"),
         ("start -n 2", "already running"),
         ("restart --start-timeout 0", "must be more than 0 seconds"),
+        ("restart --start-timeout 1e999", "a finite number"),
     ],
 )
 def test_line_usage_errors(ip, line, message):

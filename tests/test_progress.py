@@ -124,6 +124,16 @@ def test_plain_mpiexec_prints_one_bar_from_rank_0():
 
 
 @pytest.mark.unit
+def test_a_count_may_be_any_whole_number_numpys_too():
+    """``total=np.int64(3)`` (a length computed with numpy) is a count; a bool or a float is not."""
+    import numpy as np
+
+    assert list(_progress.progress(range(3), total=np.int64(3))) == [0, 1, 2]
+    for wrong in (True, 3.0, np.float64(3), "3"):
+        with pytest.raises(ValueError, match="whole number of iterations >= 0"):
+            list(_progress.progress(range(3), total=wrong))
+
+
 def test_the_text_bar_in_a_terminal_and_in_a_log(capsys):
     line = _progress.text_bar("fit", 450, 1000, 3.1, 145.0)
     assert line.startswith("fit:  45%|##########") and "450/1000" in line.replace(",", "") and "3.8 s" in line

@@ -8,6 +8,7 @@ Checking the clock is all an iteration costs in between.
 
 from __future__ import annotations
 
+import operator
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,17 @@ publisher: Callable[[dict], None] | None = None
 world_size = 1
 _bars = 0  # progress() loops begun in the current run
 last_states: dict[str, Progress] = {}  # each bar's last published state in this run, sent with the reply
+
+
+def _count(total: object) -> int:
+    """``total`` as a count of iterations: any whole number (numpy's too), not a bool or a float."""
+    try:
+        count = operator.index(total)  # type: ignore[arg-type]
+    except TypeError:
+        count = -1
+    if isinstance(total, bool) or count < 0:
+        raise ValueError(f"progress(total=...) must be a whole number of iterations >= 0, not {total!r}")
+    return count
 
 
 def publish_through(send: Callable[[dict], None], ranks: int) -> None:
@@ -62,8 +74,8 @@ def progress(iterable: Iterable[T], total: int | None = None, desc: str | None =
             total = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             total = None
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-        raise ValueError(f"progress(total=...) must be a whole number of iterations >= 0, not {total!r}")
+    if total is not None:
+        total = _count(total)
     if desc is not None and not isinstance(desc, str):
         raise TypeError(f"progress(desc=...) must be a str, not {type(desc).__name__}")
     bar, _bars = _bars, _bars + 1

@@ -7,6 +7,7 @@ notebook; neither needs the other (nor the session) for that.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 
@@ -46,8 +47,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds (a finite number), got {text}")
     return value
 
 

@@ -75,3 +75,18 @@ def test_the_debug_adapter_answers_the_protocols_requests_and_refuses_its_own_he
     for helper in ("ask", "step", "event", "lock", "no such request"):
         refused = adapter.handle({"seq": 8, "command": helper})
         assert refused["success"] is False and repr(helper) in refused["message"], refused
+
+
+def test_a_timeout_that_never_ends_is_a_usage_error_before_anything_starts():
+    """``--timeout nan`` or ``1e999`` would never end a run: the grammar refuses them, so the magic
+    raises its usage error before it starts a pool (parsing comes first)."""
+    from IPython.core.error import UsageError
+
+    from mpinb.notebook._grammar import cell_parser, start_parser
+
+    for value in ("nan", "inf", "1e999", "-inf"):
+        with pytest.raises(UsageError, match="a finite number"):
+            cell_parser().parse_args(["-n", "2", f"--timeout={value}"])
+        with pytest.raises(UsageError, match="a finite number"):
+            start_parser("start").parse_args([f"--start-timeout={value}"])
+    assert cell_parser().parse_args(["--timeout", "2.5"]).timeout == 2.5
