@@ -306,7 +306,7 @@ def _hooks() -> dict[str, tuple[object, dict[str, list[str]], list[str]]]:
         "IPEngine": (IPEngine, {"init_engine": ["self"], "_signal_stop": ["self", "sig", "frame"],
                                 "find_connection_file": ["self"]},
                      ["connection_info_env", "wait_for_url_file", "url_file"]),
-        "OutStream": (OutStream, {"_watch_pipe_fd": ["self"]},
+        "OutStream": (OutStream, {"_watch_pipe_fd": ["self"], "write": ["self", "string"]},
                       ["_fid", "_should_watch", "_original_stdstream_copy", "_exc", "name", "watch_fd_thread"]),
         "IPController": (IPController, {"construct_url": ["self", "kind", "channel", "index"]},
                          ["engine_info", "client_info", "internal_info"]),

@@ -106,6 +106,21 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_p
     assert _shared_files(any_pool) == before, "every file in shared memory is removed"
 
 
+def test_what_a_thread_prints_after_its_cell_ended_is_capped_too(existing_pools):
+    """A thread that outlives its cell and prints on: between runs the cap holds as in a run, so
+    neither the rank nor the notebook keeps megabytes of it, and the next run says what was cut."""
+    with mpinb.Pool(2, max_output_chars=10_000) as pool:
+        pool.run("import threading, time\n"
+                 "def chatter():\n    time.sleep(0.3)\n    for i in range(200_000):\n        print('x' * 50)\n"
+                 "chatty = threading.Thread(target=chatter)\nchatty.start()")
+        time.sleep(2)  # the thread prints about 10 MB after its cell ended
+        following = pool.run("chatty.join()")
+        assert all("after the last run ended, this rank printed" in following.stdout[rank] for rank in (0, 1))
+        kept = sum(len(metadata.get("stdout") or "") for metadata in pool._supervisor.client.metadata.values()
+                   if isinstance(metadata, dict))  # (the entries of messages, by id)
+        assert kept < 3 * 2 * 10_000, f"the notebook keeps {kept:,} characters of a thread's output"
+
+
 def test_scatter_of_fewer_large_rows_than_ranks_leaves_the_last_ranks_empty(any_pool):
     data = np.arange(2 * 2**17, dtype=float).reshape(2, -1)  # 2 MB: through shared memory
     any_pool.scatter("few", data)

@@ -101,6 +101,18 @@ def _watch_pipe_fd(self: OutStream) -> None:
 
 
 OutStream._watch_pipe_fd = _watch_pipe_fd  # type: ignore[method-assign]
+_ipykernels_write = OutStream.write
+
+
+def _write(self: OutStream, string: str) -> int | None:
+    """ipykernel's ``OutStream.write``, under the last run's output cap between runs too
+    (``mpinb.rank._output.write_between_runs``)."""
+    from mpinb.rank import _output
+
+    return _output.write_between_runs(self, string, _ipykernels_write)
+
+
+OutStream.write = _write  # type: ignore[method-assign]
 
 
 def _exit(code: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -17,7 +17,7 @@ from typing import Any, TextIO
 class CappedStream:
     """Passes writes through until ``max_lines`` lines or ``max_chars`` characters, then counts them."""
 
-    def __init__(self, stream: TextIO, max_lines: int, max_chars: int):
+    def __init__(self, stream: TextIO | Any, max_lines: int, max_chars: int):
         self._stream = stream
         self._lines_left = max_lines
         self._chars_left = max_chars
@@ -89,8 +89,11 @@ class CappedStream:
 
 # How many display messages (rich outputs, figures, clear_output) this rank has sent.
 displays = 0
-# The cell's caps while it runs: each display counts as a line of stdout's.
+# The cell's caps while it runs (each display counts as a line of stdout's); between runs, the
+# last run's caps afresh, on ipykernel's streams (see write_between_runs).
 _capping: dict[str, CappedStream] = {}
+_between: dict[str, CappedStream] = {}
+_between_limits: tuple[int, int] | None = None  # the last run's (max_lines, max_chars)
 
 
 def count_displays(display_pub) -> None:
@@ -101,7 +104,7 @@ def count_displays(display_pub) -> None:
 
         def counted(*args, _send=send, **kwargs):
             global displays
-            capped = _capping.get("stdout")
+            capped = _capping.get("stdout") or _between.get("stdout")
             if capped is not None and not capped.take_display():
                 return None
             displays += 1
@@ -162,13 +165,21 @@ def _written_so_far(stream: Any) -> int | None:
 @contextmanager
 def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
     """Cap ``sys.stdout``/``sys.stderr`` for the duration; yields a dict of what was dropped
-    (and, under ``"wrote"``, whether anything was written)."""
+    (and, under ``"wrote"``, whether anything was written). After it, until the next run, the
+    streams stay capped as much (see :func:`write_between_runs`); the next run begins by saying
+    what was dropped meanwhile."""
     dropped = {"lines": 0, "chars": 0, "wrote": 0}
     saved = sys.stdout, sys.stderr
     out = CappedStream(saved[0], max_lines, max_chars)
     err = CappedStream(saved[1], max_lines, max_chars)
     sys.stdout, sys.stderr = out, err
+    meanwhile = dict(_between)
+    _between.clear()
     _capping.update(stdout=out, stderr=err)
+    for name, capped in meanwhile.items():
+        if capped.dropped_chars or capped.dropped_displays:
+            _capping[name].write(f"[mpinb] after the last run ended, this rank printed {_what_was_cut(capped)} "
+                                 "beyond its cap (a thread that outlived its cell?): not shown.\n")
     try:
         yield dropped
     finally:
@@ -180,11 +191,37 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
             if capped.dropped_chars or capped.dropped_displays:
                 dropped["lines"] += capped.dropped_lines + capped.dropped_displays
                 dropped["chars"] += capped.dropped_chars
-                parts = [f"{capped.dropped_lines:,} more lines ({capped.dropped_chars:,} characters)"]
-                if capped.dropped_displays:
-                    parts = [*parts[:bool(capped.dropped_chars)], f"{capped.dropped_displays:,} displays"]
-                stream.write(
-                    f"\n[mpinb] output cut: {' and '.join(parts)} not shown. "
-                    "Print less, or raise the cap with Pool(max_output_lines=...).\n"
-                )
+                stream.write(f"\n[mpinb] output cut: {_what_was_cut(capped)} not shown. "
+                             "Print less, or raise the cap with Pool(max_output_lines=...).\n")
+        global _between_limits
+        _between_limits = (max_lines, max_chars)
         # No flush here: the engine flushes after every request, and a flush costs a thread hop.
+
+
+def write_between_runs(stream: Any, text: str, write: Callable[[Any, str], int | None]) -> int | None:
+    """One of ipykernel's streams being written to (``write`` is its own method): between runs,
+    through the last run's cap counted afresh from the run's end. A thread of the user's may print
+    on after its cell ended; uncapped, the rank and the notebook would keep all of it."""
+    if _capping or _between_limits is None:  # a run (its own cap) or none yet
+        return write(stream, text)
+    capped = _between.get(stream.name)
+    if capped is None:
+        capped = _between[stream.name] = CappedStream(_Writer(stream, write), *_between_limits)
+    return capped.write(text)
+
+
+class _Writer:
+    """What a cap between runs writes through: the stream's own ``write``."""
+
+    def __init__(self, stream: Any, write: Callable[[Any, str], int | None]):
+        self._stream, self._write = stream, write
+
+    def write(self, text: str) -> int | None:
+        return self._write(self._stream, text)
+
+
+def _what_was_cut(capped: CappedStream) -> str:
+    parts = [f"{capped.dropped_lines:,} more lines ({capped.dropped_chars:,} characters)"]
+    if capped.dropped_displays:
+        parts = [*parts[:bool(capped.dropped_chars)], f"{capped.dropped_displays:,} displays"]
+    return " and ".join(parts)
