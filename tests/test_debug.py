@@ -299,6 +299,34 @@ def test_a_rank_that_answers_may_take_longer_to_compute_than_to_answer(pool4):
     assert seen.agree and all(summary.get("value") == 7 for summary in seen.summaries.values()), seen
 
 
+def test_a_slow_repr_costs_one_answer_and_the_ranks_answer_the_next_question(pool4):
+    """A value whose ``__repr__`` outlasts the limit: that inspect says so within the limit, and the
+    next question is answered, since the repr ran on a helper thread, not the control channel's."""
+    pool4.run("import time\nclass Slow:\n    def __repr__(self):\n        time.sleep(20)\n        return 'slow'\n"
+              "slow = Slow()")
+    try:
+        began = time.monotonic()
+        seen = pool4.inspect("slow")
+        assert time.monotonic() - began < 15
+        assert set(seen.failures) == {0, 1, 2, 3}, seen
+        assert all("did not finish within" in why for why in seen.failures.values()), seen.failures
+        assert pool4.inspect("rank * 0 + 1").agree, "the next question is answered"
+    finally:
+        pool4.run("del slow, Slow")
+
+
+def test_what_a_debugger_command_prints_is_capped_as_a_runs_output_is(pool4):
+    pool4.max_output_chars = 10_000
+    try:
+        with pytest.raises(mpinb.RankError):
+            pool4.run("big = 'x' * 1_000_000\nif rank == 1:\n    raise ValueError('look at big')")
+        printed = pool4.post_mortem(1).command("p big")
+        assert len(printed) < 11_000 and "more characters not shown (max_output_chars)" in printed
+    finally:
+        pool4.max_output_chars = 1_000_000
+        pool4.run("del big")
+
+
 # -- magics -------------------------------------------------------------------------------------------
 
 def test_the_magics(ip, capsys):

@@ -85,12 +85,14 @@ _detached = False  # breakpoint() no longer stops in this run (the notebook said
 _failure: TracebackType | None = None  # the last run's failure, for post-mortem, until the next run
 _inspector: RankPdb | None = None  # a post-mortem (or live) session opened by the notebook
 _inspected = io.StringIO()
+_max_chars = 1_000_000  # what one debugger command may print (the last run's max_output_chars)
 
 
-def new_run() -> None:
-    """A run starts: the last one's failure and sessions are forgotten."""
-    global _failure, _inspector, _stop, _detached
-    _failure, _inspector, _stop, _detached = None, None, None, False
+def new_run(max_chars: int = 1_000_000) -> None:
+    """A run starts: the last one's failure and sessions are forgotten. What a debugger command
+    prints is capped at the run's ``max_chars``, as the run's own output is."""
+    global _failure, _inspector, _stop, _detached, _max_chars
+    _failure, _inspector, _stop, _detached, _max_chars = None, None, None, False, max_chars
 
 
 def keep_failure(error: BaseException) -> None:
@@ -286,12 +288,19 @@ def _command(line: str) -> dict:
         deadline = time.monotonic() + ANSWER_WITHIN
         while not stop.asking.is_set() and time.monotonic() < deadline and _stop is stop:
             time.sleep(0.002)
-        return {"output": stop.take_output(), "state": state()}
+        return {"output": _capped(stop.take_output()), "state": state()}
     if _inspector is None:
         opened = _open()
         if line.strip() in ("", "where", "w", "bt"):
             return opened
-    return {"output": _inspect_command(line), "state": state()}
+    return {"output": _capped(_inspect_command(line)), "state": state()}
+
+
+def _capped(text: str) -> str:
+    """At most the run's ``max_output_chars`` of what a command printed, and how much was left out."""
+    if len(text) <= _max_chars:
+        return text
+    return text[:_max_chars] + f"\n... {len(text) - _max_chars:,} more characters not shown (max_output_chars)\n"
 
 
 def _detach() -> dict:
@@ -380,12 +389,12 @@ def _variables(level: int | None = None, scope: str = "locals") -> dict:
     else:
         frame = _frame_at(level)
         names = frame.f_locals if scope == "locals" else frame.f_globals
-    rows = []
-    for name, value in sorted(names.items()):
-        if name.startswith("_") or name in HIDDEN or type(value).__name__ == "module":
-            continue
-        rows.append({"name": name, "type": type(value).__qualname__, "value": _short(_safe_repr(value), 120)})
-    return {"variables": rows[:500]}
+    shown = [(name, value) for name, value in sorted(names.items())
+             if not name.startswith("_") and name not in HIDDEN and type(value).__name__ != "module"][:500]
+    # the values' __repr__ are the user's code: all of them within the limit, off this thread
+    rows = _aside(lambda: [{"name": name, "type": type(value).__qualname__, "value": _short(_safe_repr(value), 120)}
+                           for name, value in shown])
+    return {"variables": rows}
 
 
 def _evaluate(expression: str, level: int | None = None) -> dict:
@@ -400,8 +409,11 @@ def _evaluate(expression: str, level: int | None = None) -> dict:
     except SyntaxError:
         _aside(lambda: exec(compile(expression, "<debugger>", "exec"), globals_, locals_))
         return {"result": "", "type": ""}
-    value = _aside(lambda: eval(code, globals_, locals_))
-    return {"result": _short(_safe_repr(value), 2000), "type": type(value).__qualname__}
+    def shown() -> dict:
+        value = eval(code, globals_, locals_)
+        return {"result": _short(_safe_repr(value), 2000), "type": type(value).__qualname__}
+
+    return _aside(shown)
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -463,11 +475,10 @@ def _inspect(expr: str, blocks: int = BLOCKS) -> dict:
     their value, for arrays min, max, norm and one digest per block (never the array itself)."""
     globals_, locals_ = _namespace()
     code = compile(expr, "<inspect>", "eval")
-    try:
-        value = _aside(lambda: eval(code, globals_, locals_))
+    try:  # the value's __repr__, pickling and len() are the user's code too: all within the limit
+        return _aside(lambda: summarise(eval(code, globals_, locals_), blocks))
     except NameError as err:
         return {"missing": getattr(err, "name", None) or str(err)}
-    return summarise(value, blocks)
 
 
 def summarise(value: object, blocks: int = BLOCKS) -> dict:

@@ -125,7 +125,7 @@ def _run(body: Callable[[], object], filename: str, limits: Limits) -> Reply:
     record = reply()
     start = time.perf_counter()
     _progress.new_run()
-    _debugger.new_run()
+    _debugger.new_run(limits["max_chars"])
     displays_before = _output.displays
     install_interrupt_handler()
     tracing = recording(_user_namespace(), limits["trace"], limits["trace_capacity"], limits.get("verify", False))
