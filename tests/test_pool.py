@@ -106,6 +106,42 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing_there(any_p
     assert _shared_files(any_pool) == before, "every file in shared memory is removed"
 
 
+# In a mount namespace of its own with a 64 MB /dev/shm: how much of it a pool holds before a push
+# of 32 MB, and after (the ranks keep the array); printed as "BEFORE AFTER" in bytes.
+SMALL_SHM = """
+import os, sys, numpy as np, mpinb
+def used():
+    stat = os.statvfs("/dev/shm")
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+with mpinb.Pool(2) as pool:
+    pool.run("comm.Barrier()")
+    before = used()
+    pool.push({"big": np.ones(4 * 2**20)})
+    assert pool.run("float(big.sum())").value == {0: 4 * 2**20, 1: 4 * 2**20}
+    print(before, used(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/unshare"), reason="needs root, to mount")
+def test_a_finished_push_holds_nothing_of_dev_shm(existing_pools):
+    """``/dev/shm`` is small on many machines and MPI's own shared memory needs it: once a push has
+    ended, the ranks hold their array in their own memory, and ``/dev/shm`` is as it was (a mapping
+    kept open would keep the 32 MB counted there, and another program's shared memory then dies of
+    SIGBUS)."""
+    import subprocess
+    import sys
+
+    from _processes import wait_until_gone
+
+    mount = "mount -t tmpfs -o size=64m,mode=1777 tmpfs /dev/shm && exec \"$0\" -c \"$1\""
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, sys.executable,
+                           SMALL_SHM], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = map(int, done.stdout.split())
+    assert after - before < 2**20, f"/dev/shm holds {(after - before) / 2**20:.1f} MB more after the push"
+    assert not wait_until_gone(10, existing_pools)
+
+
 def test_what_a_thread_prints_after_its_cell_ended_is_capped_too(existing_pools):
     """A thread that outlives its cell and prints on: between runs the cap holds as in a run, so
     neither the rank nor the notebook keeps megabytes of it, and the next run says what was cut."""

@@ -304,6 +304,8 @@ def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
             import mpinb
             pool = mpinb.Pool(3).start()
             pool.run("import numpy as np\\ncomm.Allreduce(np.ones(2**20), np.empty(2**20))")
+            # what a rank has written in the middle of a pull, when the notebook dies
+            pool.run("from mpinb.common._shared_memory import write\\npulled = write(np.ones(2**20))")
             supervisor = pool._supervisor
             cluster = supervisor.cluster
             print(json.dumps({"run": supervisor.run_folder, "stacks": supervisor.stacks_folder,
@@ -320,6 +322,8 @@ def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
                  *glob.glob(os.path.join(made["profile"], "log", pattern))]
         assert files and os.path.isdir(made["run"]) and os.path.isdir(made["stacks"])
         segments = {path for path, _ in mpi_segments(made["pids"])}  # (this pool's: others may run beside)
+        pulled = [path for pid in made["pids"] for path in glob.glob(f"/dev/shm/mpinb-{pid}-*")]
+        assert len(pulled) == 3, "each rank's half of a pull in flight"
         assert segments or intel_mpi(), "the ranks map MPI's segments (Intel MPI unlinks its own at once)"
         owner.send_signal(signal.SIGKILL)
         owner.wait(5)
@@ -327,7 +331,7 @@ def test_a_killed_notebook_leaves_no_process_and_no_file(existing_pools):
         deadline = time.monotonic() + 10
         left = None
         while time.monotonic() < deadline:
-            left = [path for path in [made["run"], made["stacks"], *files, *segments] if os.path.exists(path)]
+            left = [path for path in [made["run"], made["stacks"], *files, *segments, *pulled] if os.path.exists(path)]
             if not left:
                 break
             time.sleep(0.1)

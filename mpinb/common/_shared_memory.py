@@ -2,9 +2,11 @@
 
 ipyparallel sends a pushed value to each rank through the controller: one serialized copy per
 rank, each crossing two sockets. Between processes on one host, a file in ``/dev/shm`` (memory,
-not disk) carries it instead: written once, then mapped by each reader copy-on-write (no second
-copy: readers share its pages until they write). Used by both sides; the notebook removes every
-file it or a rank wrote once the transfer has ended (the mappings keep the memory alive).
+not disk) carries it instead: written once, then copied by each reader into its own memory, so
+that once the transfer has ended ``/dev/shm`` holds nothing of it. A reader that kept the file
+mapped would keep its pages counted against ``/dev/shm``, which MPI's own shared memory and other
+programs need: with a small ``/dev/shm`` they would then die of SIGBUS. Used by both sides; the
+notebook removes every file it or a rank wrote once the transfer has ended.
 """
 
 from __future__ import annotations
@@ -55,20 +57,23 @@ def write(array: np.ndarray) -> SharedArray:
     return {"path": path, "dtype": dtype, "shape": list(array.shape)}
 
 
-def mapped(shared: SharedArray) -> np.ndarray:
-    """The whole array without copying it: the file mapped copy-on-write, so its pages are shared
-    with every other reader until one of them writes (then that page becomes the writer's own).
-    The file may be removed at once; the memory lasts as long as the array."""
-    import mmap
-
+def read(shared: SharedArray) -> np.ndarray:
+    """The whole array, read into this process's own memory: nothing of ``/dev/shm`` stays held
+    by it once the file is removed."""
     import numpy as np
 
     dtype = np.lib.format.descr_to_dtype(shared["dtype"])  # type: ignore[arg-type]  # a str too
-    if 0 in shared["shape"]:  # an empty part (fewer rows than ranks): nothing to map
-        return np.empty(shared["shape"], dtype=dtype)
-    with open(shared["path"], "rb") as handle:
-        pages = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
-    return np.frombuffer(pages, dtype=dtype).reshape(shared["shape"])
+    array = np.empty(shared["shape"], dtype=dtype)
+    if array.size:  # an empty part (fewer rows than ranks) has nothing to read
+        room = array.reshape(-1).view("u1").data
+        with open(shared["path"], "rb", buffering=0) as handle:
+            done = 0
+            while done < len(room):  # one read(2) returns at most about 2 GB
+                got = handle.readinto(room[done:])
+                if not got:
+                    raise OSError(f"{shared['path']} holds {done} bytes, not the {len(room)} of the array")
+                done += got
+    return array
 
 
 def remove_written_by(pids: list[int]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import rank as _rank
 from .._language import say
 from ..common._ranges import format_ranks
-from ..common._shared_memory import SharedArray, mapped, remove, remove_written_by, worth_sharing, write
+from ..common._shared_memory import SharedArray, read, remove, remove_written_by, worth_sharing, write
 from ..errors import TransferError, TransferTimeoutError
 from ._supervisor import Supervisor
 
@@ -144,7 +144,7 @@ def pull(supervisor: Supervisor, name: str, ranks: list[int], timeout: float | N
         lacking = [rank for rank, (how, _) in zip(ranks, offers) if how == "absent"]
         if lacking:
             raise NameError(f"{format_ranks(lacking, word=True)} have no variable {name!r}")
-        return [mapped(what) if how == "shared" else what for how, what in offers]
+        return [read(what) if how == "shared" else what for how, what in offers]
     finally:
         for how, what in offers:
             if how == "shared":

@@ -1,7 +1,8 @@
 """Stops a pool's processes when the process that owns the pool dies, even by SIGKILL.
 
 Run as a script (not ``-m``) so that starting it imports nothing of mpinb but the standard-library
-:mod:`mpinb.common._leftover_files` (and psutil once its owner is gone). The owner keeps this
+:mod:`mpinb.common._leftover_files` and :mod:`mpinb.common._shared_memory` (and psutil once its
+owner is gone). The owner keeps this
 process's stdin open and writes ``watch PID...`` lines; end of file (which the
 kernel delivers when the owner dies) means: terminate those process trees, unlink the MPI
 shared memory their processes had mapped, and remove every path given by a ``sweep PATTERN``
@@ -23,6 +24,7 @@ if __name__ == "__main__":  # a script: its own checkout's (or installation's) m
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mpinb.common._leftover_files import launcher_sessions, mpi_files, remove_files, remove_folders
+from mpinb.common._shared_memory import remove_written_by
 
 if TYPE_CHECKING:
     import psutil
@@ -160,6 +162,7 @@ def main() -> None:
     end_processes(procs)
     remove_files(leftovers)
     remove_folders(sessions)
+    remove_written_by([proc.pid for proc in procs])  # the arrays of a data move in flight
     sweep(swept)
 
 

@@ -114,9 +114,9 @@ def take(name: str, shared: SharedArray) -> None:
     """Set ``name`` to an array the notebook put in shared memory (see :mod:`mpinb.common._shared_memory`)."""
     from IPython import get_ipython
 
-    from ..common._shared_memory import mapped
+    from ..common._shared_memory import read
 
-    get_ipython().user_ns[name] = mapped(shared)
+    get_ipython().user_ns[name] = read(shared)
 
 
 def offer(name: str, share: bool = True) -> tuple[str, object]:
