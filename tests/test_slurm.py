@@ -117,11 +117,11 @@ def test_a_rank_that_dies_while_the_others_wait_is_reported_at_once(slurm, exist
 @pytest.mark.timeout(400)
 def test_an_exported_notebook_runs_as_a_batch_job_with_the_notebooks_result(slurm, tmp_path, existing_pools):
     """`mpinb export --slurm`, then `mpinb submit`: the job (this environment's mpiexec, inside the
-    allocation) writes what the notebook wrote, in a folder whose name has a space (#SBATCH lines
-    split at white space unless quoted)."""
+    allocation) writes what the notebook wrote, in a folder whose name sbatch's directive parser
+    would cut short unquoted (a space, a quote and a #)."""
     from test_export import run_as_a_batch_job
 
-    folder = tmp_path / "my notebooks"
+    folder = tmp_path / "it's #1 notebooks"
     folder.mkdir()
     run_as_a_batch_job(folder, slurm, "%mpi start -n 2")
     assert not wait_until_gone(10, existing_pools)

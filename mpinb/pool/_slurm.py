@@ -132,25 +132,28 @@ def allocation_srun() -> str:
 
 
 def _directives(**options: str | None) -> list[str]:
-    """``#SBATCH --name=value`` for each option that has a value, in the order given (``job_name``
-    is ``--job-name``). sbatch splits a directive's line at white space unless a double-quoted
-    string holds it, so a value with a space is quoted; one that no quoting carries (a line break,
-    a double quote) is refused."""
+    """``#SBATCH --name="value"`` for each option that has a value, in the order given
+    (``job_name`` is ``--job-name``). sbatch reads a directive's argument as a shell would, but
+    not quite: white space ends it, ``#`` starts a comment, both kinds of quote quote, and a
+    backslash escapes the next character, inside quotes too. So every value is double-quoted with
+    its backslashes and double quotes escaped; one with a control character (a line break would
+    start a line of its own) is refused."""
     lines = []
     for name, value in options.items():
         if not value:
             continue
         option = f"--{name.replace('_', '-')}"
-        if '"' in value or _unprintable(value):
-            raise ValueError(f"{option} {value!r}: a batch script's #SBATCH line cannot carry a double quote or a "
-                             "control character (a line break would start a line of its own); rename it")
-        lines.append(f'#SBATCH {option}="{value}"' if any(c.isspace() for c in value) else f"#SBATCH {option}={value}")
+        if _unprintable(value):
+            raise ValueError(f"{option} {value!r}: a batch script's #SBATCH line cannot carry a control character "
+                             "(a line break would start a line of its own); rename it")
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'#SBATCH {option}="{escaped}"')
     return lines
 
 
 def read_directives(script: str) -> dict[str, str]:
     """The options a batch script's ``#SBATCH`` lines give (``--output`` -> its value), read as
-    sbatch reads them: up to the first line of commands, double quotes removed."""
+    sbatch reads them (see :func:`_directives`), up to the first line of commands."""
     options: dict[str, str] = {}
     for line in script.splitlines()[1:]:
         if not line.startswith("#"):
@@ -159,8 +162,32 @@ def read_directives(script: str) -> dict[str, str]:
             continue
         if line.startswith("#SBATCH "):
             option, _, value = line.removeprefix("#SBATCH ").strip().partition("=")
-            options[option] = value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+            options[option] = _sbatch_argument(value)
     return options
+
+
+def _sbatch_argument(text: str) -> str:
+    """One argument of a directive, as sbatch's parser takes it: quotes and escapes removed, up to
+    unquoted white space or ``#``."""
+    argument, quote, escaped = [], "", False
+    for character in text:
+        if escaped:
+            argument.append(character)
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif quote:
+            if character == quote:
+                quote = ""
+            else:
+                argument.append(character)
+        elif character in "\"'":
+            quote = character
+        elif character.isspace() or character == "#":
+            break
+        else:
+            argument.append(character)
+    return "".join(argument)
 
 
 def _unprintable(text: str) -> bool:
