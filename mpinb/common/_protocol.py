@@ -40,6 +40,8 @@ STACK_SIGNAL = "SIGUSR2"
 DEBUG_KEY = "mpinb_debug"
 DEBUG_REQUEST = "mpinb_debug_request"
 DEBUG_REPLY = "mpinb_debug_reply"
+DEBUG_ANSWER_WITHIN = 3.0  # the notebook's wait for a rank's debugger to answer
+DEBUG_COMPUTE_WITHIN = 60.0  # and for one that answers to compute (a digest of a large array)
 
 # The key prefix under which a rank publishes the state of one progress bar ("mpinb_progress:0").
 PROGRESS_KEY = "mpinb_progress"

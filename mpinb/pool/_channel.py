@@ -11,13 +11,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..common._protocol import DEBUG_REQUEST
+from ..common._protocol import DEBUG_ANSWER_WITHIN, DEBUG_COMPUTE_WITHIN, DEBUG_REQUEST
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
 
-ANSWER_WITHIN = 3.0
-COMPUTE_WITHIN = 60.0  # what a rank that answers may take to compute (a digest of a large array)
+ANSWER_WITHIN = DEBUG_ANSWER_WITHIN
+COMPUTE_WITHIN = DEBUG_COMPUTE_WITHIN  # what a rank that answers may take to compute (a digest of a large array)
 
 
 def ask_computing(supervisor: Supervisor, ranks: list[int], op: str,

@@ -31,7 +31,15 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from ..common._protocol import DEBUG_KEY, DEBUG_REPLY, DEBUG_REQUEST, DebugState, Frame
+from ..common._protocol import (
+    DEBUG_ANSWER_WITHIN,
+    DEBUG_COMPUTE_WITHIN,
+    DEBUG_KEY,
+    DEBUG_REPLY,
+    DEBUG_REQUEST,
+    DebugState,
+    Frame,
+)
 from . import _user_code
 from .mpi import _waiting
 
@@ -41,6 +49,9 @@ SKIPPED = ["mpinb.*", "IPython.*", "ipykernel.*", "ipyparallel.*", "tornado.*", 
            "traitlets.*", "runpy", "threading", "queue", "bdb", "pdb", "contextlib"]
 ANSWER_WITHIN = 0.5  # a command that does not bring the rank back to its prompt by then: running
 EVALUATE_WITHIN = 5.0  # an expression the notebook asked for, on a helper thread
+# What the helper thread may take where the notebook waits less: its answer must come first
+LISTED_WITHIN = DEBUG_ANSWER_WITHIN - 0.5  # a table of variables' reprs
+COMPUTED_WITHIN = DEBUG_COMPUTE_WITHIN - 5.0  # inspect's summary of a value (digests of a large array)
 RESUMING = {"c", "cont", "continue", "n", "next", "s", "step", "r", "return", "unt", "until", "j", "jump",
             "q", "quit", "exit", "run", "restart"}
 BLOCKS = 64  # an array's digest per block, to find where arrays that should agree differ
@@ -392,8 +403,12 @@ def _variables(level: int | None = None, scope: str = "locals") -> dict:
     shown = [(name, value) for name, value in sorted(names.items())
              if not name.startswith("_") and name not in HIDDEN and type(value).__name__ != "module"][:500]
     # the values' __repr__ are the user's code: all of them within the limit, off this thread
-    rows = _aside(lambda: [{"name": name, "type": type(value).__qualname__, "value": _short(_safe_repr(value), 120)}
-                           for name, value in shown])
+    try:
+        rows = _aside(lambda: [{"name": name, "type": type(value).__qualname__,
+                                "value": _short(_safe_repr(value), 120)} for name, value in shown], LISTED_WITHIN)
+    except TimeoutError:  # a slow __repr__ among them: the table still comes, without values
+        rows = [{"name": name, "type": type(value).__qualname__, "value": "(a repr is slow: evaluate it alone)"}
+                for name, value in shown]
     return {"variables": rows}
 
 
@@ -436,7 +451,14 @@ def _innermost_user_frame(frame: FrameType | None) -> FrameType | None:
 
 
 def _aside(work: Callable[[], Any], within: float = EVALUATE_WITHIN) -> Any:
-    """``work()`` on a helper thread, for at most ``within`` seconds."""
+    """``work()`` on a helper thread, for at most ``within`` seconds. Helpers that outlive their
+    question (a repr that never returns) run on, but only ``MAX_HELPERS`` of them: beyond, a
+    question is refused rather than piled up beside them, since each runs the user's code and
+    could take what the user's program waits for."""
+    _helpers[:] = [helper for helper in _helpers if helper.is_alive()]
+    if len(_helpers) >= MAX_HELPERS:
+        raise TimeoutError(f"{len(_helpers)} earlier questions' evaluations still run on this rank (waiting for "
+                           "MPI?): ask again once they have finished")
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -446,6 +468,7 @@ def _aside(work: Callable[[], Any], within: float = EVALUATE_WITHIN) -> Any:
             box["error"] = err
 
     helper = threading.Thread(target=run, name="mpinb-debugger", daemon=True)
+    _helpers.append(helper)
     helper.start()
     helper.join(within)
     if helper.is_alive():
@@ -454,6 +477,10 @@ def _aside(work: Callable[[], Any], within: float = EVALUATE_WITHIN) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+MAX_HELPERS = 4
+_helpers: list[threading.Thread] = []  # helper threads that may still run
 
 
 def _namespace() -> tuple[dict, Any]:
@@ -475,10 +502,19 @@ def _inspect(expr: str, blocks: int = BLOCKS) -> dict:
     their value, for arrays min, max, norm and one digest per block (never the array itself)."""
     globals_, locals_ = _namespace()
     code = compile(expr, "<inspect>", "eval")
-    try:  # the value's __repr__, pickling and len() are the user's code too: all within the limit
-        return _aside(lambda: summarise(eval(code, globals_, locals_), blocks))
+    try:
+        value = _aside(lambda: eval(code, globals_, locals_))
     except NameError as err:
         return {"missing": getattr(err, "name", None) or str(err)}
+    # digesting a large array takes what it takes on a crowded machine; any other value's summary
+    # (its __repr__, pickling and len()) is the user's code, held to the expression's limit
+    within = COMPUTED_WITHIN if _numeric_array(value) else EVALUATE_WITHIN
+    return _aside(lambda: summarise(value, blocks), within)
+
+
+def _numeric_array(value: object) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype.kind in "biufc"
 
 
 def summarise(value: object, blocks: int = BLOCKS) -> dict:
