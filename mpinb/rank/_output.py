@@ -1,4 +1,4 @@
-"""Caps what one rank may print in one cell.
+"""Caps what one rank may print in one cell, and between cells.
 
 The cap keeps a runaway loop from freezing the browser. It counts text printed from Python, text
 written to the file descriptors (``os.write``, a C extension), and displays alike. It also keeps
@@ -94,6 +94,7 @@ displays = 0
 _capping: dict[str, CappedStream] = {}
 _between: dict[str, CappedStream] = {}
 _between_limits: tuple[int, int] | None = None  # the last run's (max_lines, max_chars)
+_displays_between = {"left": 0, "dropped": 0}  # displays between runs: room left, and beyond it
 
 
 def count_displays(display_pub) -> None:
@@ -104,8 +105,8 @@ def count_displays(display_pub) -> None:
 
         def counted(*args, _send=send, **kwargs):
             global displays
-            capped = _capping.get("stdout") or _between.get("stdout")
-            if capped is not None and not capped.take_display():
+            capped = _capping.get("stdout")
+            if not (capped.take_display() if capped is not None else _display_between_runs()):
                 return None
             displays += 1
             return _send(*args, **kwargs)
@@ -172,10 +173,13 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
     saved = sys.stdout, sys.stderr
     out = CappedStream(saved[0], max_lines, max_chars)
     err = CappedStream(saved[1], max_lines, max_chars)
+    _capping.update(stdout=out, stderr=err)
     sys.stdout, sys.stderr = out, err
     meanwhile = dict(_between)
     _between.clear()
-    _capping.update(stdout=out, stderr=err)
+    if _displays_between["dropped"]:
+        meanwhile.setdefault("stdout", CappedStream(saved[0], 0, 0)).dropped_displays = _displays_between["dropped"]
+    _displays_between.update(left=0, dropped=0)
     for name, capped in meanwhile.items():
         if capped.dropped_chars or capped.dropped_displays:
             _capping[name].write(f"[mpinb] after the last run ended, this rank printed {_what_was_cut(capped)} "
@@ -184,18 +188,31 @@ def capped_output(max_lines: int, max_chars: int) -> Iterator[dict]:
         yield dropped
     finally:
         drain_file_descriptors()
-        _capping.clear()
         sys.stdout, sys.stderr = saved
         dropped["wrote"] = int(out.wrote or err.wrote)
         for capped, stream in ((out, saved[0]), (err, saved[1])):
             if capped.dropped_chars or capped.dropped_displays:
                 dropped["lines"] += capped.dropped_lines + capped.dropped_displays
                 dropped["chars"] += capped.dropped_chars
+                # (still the run's: the cap between runs, from here on, does not take it)
                 stream.write(f"\n[mpinb] output cut: {_what_was_cut(capped)} not shown. "
                              "Print less, or raise the cap with Pool(max_output_lines=...).\n")
         global _between_limits
         _between_limits = (max_lines, max_chars)
+        _displays_between.update(left=max_lines, dropped=0)
+        _capping.clear()
         # No flush here: the engine flushes after every request, and a flush costs a thread hop.
+
+
+def _display_between_runs() -> bool:
+    """Whether one more display fits between runs (the last run's line count, afresh)."""
+    if _between_limits is None:
+        return True
+    if _displays_between["left"] > 0:
+        _displays_between["left"] -= 1
+        return True
+    _displays_between["dropped"] += 1
+    return False
 
 
 def write_between_runs(stream: Any, text: str, write: Callable[[Any, str], int | None]) -> int | None:
