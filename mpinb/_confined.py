@@ -10,6 +10,7 @@ than writing through it. The folder the user named may itself be a link: that on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -29,20 +30,35 @@ class LinkRefused(PermissionError):
 
 
 class Confined:
-    """A folder, written and read only inside: ``Confined(path)`` makes it if needed."""
+    """A folder, written and read only inside: ``Confined(path)`` makes it if needed and holds it
+    open, so that every name is looked up in this folder even if its path is swapped meanwhile.
+    Use it in a ``with`` block (or :meth:`close` it)."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder).expanduser().resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def __enter__(self) -> Confined:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def read(self, relative: str) -> bytes | None:
-        """The file at ``relative``, or ``None`` when there is none."""
+        """The file at ``relative``, or ``None`` when there is none; a link, or anything but a
+        file (a FIFO would block the read forever), is refused."""
         try:
             parent, name = self._parent(relative, create=False)
         except FileNotFoundError:
             return None
         try:
-            handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -50,38 +66,43 @@ class Confined:
             raise
         finally:
             os.close(parent)
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            os.close(handle)
+            raise PermissionError(f"{self.folder / relative} is not a file (a folder, a FIFO...): mpinb writes only "
+                                  "files there; move it away, or name another folder")
         with os.fdopen(handle, "rb") as file:
             return file.read()
 
-    def exists(self, relative: str) -> bool:
-        """Whether anything (a file, a folder, a link) is at ``relative``."""
+    def refuse_links(self, relative: str) -> None:
+        """Raise :class:`LinkRefused` if ``relative``, or a folder on its way, is a link."""
         try:
             parent, name = self._parent(relative, create=False)
         except FileNotFoundError:
-            return False
+            return
         try:
-            os.stat(name, dir_fd=parent, follow_symlinks=False)
-            return True
-        except FileNotFoundError:
-            return False
+            self._raise_if_link(parent, name, relative, None)
         finally:
             os.close(parent)
 
     def write(self, relative: str, content: bytes) -> Path:
         """Write ``content`` at ``relative`` (its subfolders made as needed), replacing what is
-        there; a link there, or on the way, is refused. Returns the file's path."""
+        there and keeping its permissions; a link there, or on the way, is refused. Returns the
+        file's path."""
         parent, name = self._parent(relative, create=True)
         try:
             try:
-                if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                    raise LinkRefused(self.folder / relative, self.folder)
+                present = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
-                pass
-            temporary = f".{name}.{secrets.token_hex(4)}.tmp"
+                present = None
+            if present is not None and stat.S_ISLNK(present.st_mode):
+                raise LinkRefused(self.folder / relative, self.folder)
+            temporary = f".{name}.{secrets.token_hex(8)}.tmp"
             handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                              dir_fd=parent)
             try:
                 with os.fdopen(handle, "wb") as file:
+                    if present is not None and stat.S_ISREG(present.st_mode):
+                        os.fchmod(file.fileno(), stat.S_IMODE(present.st_mode))  # (a script's +x stays)
                     file.write(content)
                 os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
@@ -97,7 +118,9 @@ class Confined:
         parts = Path(relative).parts
         if not parts or Path(relative).is_absolute() or ".." in parts:
             raise ValueError(f"{relative!r} is not a path inside {self.folder}")
-        current = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if self._fd < 0:
+            raise ValueError(f"{self.folder} was closed")
+        current = os.dup(self._fd)
         try:
             for depth, part in enumerate(parts[:-1]):
                 try:
@@ -105,8 +128,13 @@ class Confined:
                 except FileNotFoundError:
                     if not create:
                         raise
-                    os.mkdir(part, 0o777, dir_fd=current)
-                    following = os.open(part, _DIRECTORY, dir_fd=current)
+                    with contextlib.suppress(FileExistsError):  # (made meanwhile: opened as any other)
+                        os.mkdir(part, 0o777, dir_fd=current)
+                    try:
+                        following = os.open(part, _DIRECTORY, dir_fd=current)
+                    except OSError as err:
+                        self._raise_if_link(current, part, os.path.join(*parts[:depth + 1]), err)
+                        raise
                 except OSError as err:
                     self._raise_if_link(current, part, os.path.join(*parts[:depth + 1]), err)
                     raise
@@ -117,7 +145,7 @@ class Confined:
             raise
         return current, parts[-1]
 
-    def _raise_if_link(self, parent: int, name: str, relative: str, err: OSError) -> None:
+    def _raise_if_link(self, parent: int, name: str, relative: str, err: OSError | None) -> None:
         try:
             link = stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
         except OSError:

@@ -245,12 +245,14 @@ WRITERS_INTO_USERS_FOLDERS = ("cli/_tutorials.py", "notebook/_export_files.py")
 
 def test_files_go_into_a_users_folder_only_through_the_helper_that_follows_no_link():
     """``mpinb._confined`` refuses every link inside a folder a user named; a module that writes
-    there with ``open``, ``write_text``, ``write_bytes`` or ``np.save`` of its own would not."""
+    there with ``open``, ``os.open``, ``write_text``, ``write_bytes``, ``np.save`` or
+    ``nbformat.write`` of its own would not."""
     for relative in WRITERS_INTO_USERS_FOLDERS:
         path = PACKAGE / relative
         assert "mpinb._confined" in {name for name, _ in _imports(path)}, f"{relative} does not use _confined"
         calls = [ast.unparse(node.func) for node in ast.walk(_tree(path)) if isinstance(node, ast.Call)]
-        own = [call for call in calls if call == "open" or call.endswith((".write_text", ".write_bytes", "np.save"))]
+        writers = (".open", ".write_text", ".write_bytes", "np.save", "nbformat.write")
+        own = [call for call in calls if call == "open" or call.endswith(writers)]
         assert not own, f"{relative} writes files itself: {own}"
 
 

@@ -83,29 +83,29 @@ def copy_tutorials(folder: str | os.PathLike | None = None) -> Copied:
     if target.exists() and not target.is_dir():
         raise FileNotFoundError(f"{target} is a file, not a folder: name a folder for the tutorials")
     _check_writable(target)
-    confined = Confined(target)
-    recorded = _read_manifest(confined.read(MANIFEST))  # a link there is refused before any file is written
-    done = Copied(target)
-    for relative, content in _files(tutorials):
-        digest = _digest(content)
-        try:
-            present = confined.read(relative)
-            if present is None:
-                confined.write(relative, content)
-                done.added.append(relative)
-            elif _digest(present) == digest:
-                done.same.append(relative)
-            elif _digest(present) == recorded.get(relative):  # as we copied it: the learner did not touch it
-                confined.write(relative, content)
-                done.updated.append(relative)
-            else:
-                done.kept.append(relative)
-                continue  # the record keeps what we copied then, so that a later run still tells
-        except LinkRefused as link:
-            done.links.add(str(link.path.relative_to(target)))
-            continue
-        recorded[relative] = digest
-    confined.write(MANIFEST, (json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    with Confined(target) as confined:
+        recorded = _read_manifest(confined.read(MANIFEST))  # a link there is refused before any file is written
+        done = Copied(target)
+        for relative, content in _files(tutorials):
+            digest = _digest(content)
+            try:
+                present = confined.read(relative)
+                if present is None:
+                    confined.write(relative, content)
+                    done.added.append(relative)
+                elif _digest(present) == digest:
+                    done.same.append(relative)
+                elif _digest(present) == recorded.get(relative):  # as we copied it: the learner did not touch it
+                    confined.write(relative, content)
+                    done.updated.append(relative)
+                else:
+                    done.kept.append(relative)
+                    continue  # the record keeps what we copied then, so that a later run still tells
+            except LinkRefused as link:
+                done.links.add(str(link.path.relative_to(target)))
+                continue
+            recorded[relative] = digest
+        confined.write(MANIFEST, (json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
     return done
 
 

@@ -63,12 +63,14 @@ def write(exported: Exported, path: str, slurm: dict[str, Any] | None = None, fo
         files[name] = array.getvalue()  # (named NAME.npy by the export)
     if slurm is not None:
         files[job] = _signed(job_script(exported, path, **slurm)).encode()
-    for name in files:  # every file checked before any is written
-        present = folder.read(name)
-        if name in (script, job) and present is not None and not force and not _ours_unchanged(present):
-            raise FileExistsError(f"{folder.folder / name} exists and is not an export nobody edited since: it is "
-                                  "kept. Name another file (-o), or replace it (--force)")
-    return [str(folder.write(name, content)) for name, content in files.items()]
+    with folder:
+        for name in files:  # every file checked before any is written
+            folder.refuse_links(name)
+            present = folder.read(name) if name in (script, job) else None
+            if present is not None and not force and not _ours_unchanged(present):
+                raise FileExistsError(f"{folder.folder / name} exists and is not an export nobody edited since: it "
+                                      "is kept. Name another file (-o), or replace it (--force)")
+        return [str(folder.write(name, content)) for name, content in files.items()]
 
 
 def report(exported: Exported, written: list[str]) -> str:
