@@ -618,12 +618,7 @@ class Pool:
         """The value of ``name`` on each (targeted) rank, in rank order.
 
         :param name: a variable in the ranks' namespace.
-        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
-        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
-        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands.
-        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
-        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
+        :param targets: as :meth:`push`'s, and so are ``timeout`` and the errors raised."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the pull", lambda supervisor: _data.pull(supervisor, name, ranks, seconds))
 
@@ -634,12 +629,7 @@ class Pool:
 
         :param name: the variable each rank gets its block as.
         :param array: anything ``numpy.asarray`` takes.
-        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
-        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
-        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands.
-        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
-        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
+        :param targets: as :meth:`push`'s, and so are ``timeout`` and the errors raised."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         self._moving("the scatter", lambda supervisor: _data.scatter(supervisor, name, array, ranks, seconds))
 
@@ -647,12 +637,7 @@ class Pool:
         """Join ``name`` from each rank along the first axis (the inverse of :meth:`scatter`).
 
         :param name: an array on each rank; the shapes agree but for the first axis.
-        :param targets: the ranks: ``None`` (all), ``"0,2-3"``, a list, a range, a rank.
-        :param timeout: seconds before the move gives up; ``None`` waits as long as it takes.
-        :raises TransferError: the move failed on some ranks; ``done``, ``failed`` and
-            ``missing`` say where each rank stands.
-        :raises TransferTimeoutError: ``timeout`` passed; the same account (a ``TimeoutError``).
-        :raises RankDiedError: a rank died meanwhile; the pool restarted without its variables."""
+        :param targets: as :meth:`push`'s, and so are ``timeout`` and the errors raised."""
         ranks, seconds = self.ranks(targets), optional_seconds(timeout, "timeout")
         return self._moving("the gather", lambda supervisor: _data.gather(supervisor, name, ranks, seconds))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import ipaddress
 import os
 import secrets
 import shutil
@@ -90,7 +91,10 @@ class Unregistration:
 
 def _unencrypted_warning(address: str, on_this_host: bool) -> str:
     """What a pool that listens on TCP without encryption (``encrypt=False``) exposes, and to whom."""
-    loopback = address in ("127.0.0.1", "localhost", "::1")
+    try:
+        loopback = address == "localhost" or ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name
+        loopback = False
     who = "any user of this host" if on_this_host and loopback else "anyone on the network who reaches this host"
     return (f"encrypt=False: this pool listens on TCP ({address}) without encryption, so {who} who connects to "
             "its ports reads the cells' code and the ranks' output. Messages stay signed: nobody without the "
@@ -192,8 +196,9 @@ class Supervisor:
         listen = self._private_sockets_arguments(self.run_folder) if self.private_sockets else []
         if settings.encrypted:
             if not zmq.has("curve"):
-                raise PoolStartError("encrypt=True needs ZeroMQ with CurveZMQ, which this pyzmq lacks "
-                                     "(zmq.has('curve') is False): install pyzmq's wheel from PyPI.")
+                raise PoolStartError("this pool is to be encrypted (asked, or on TCP, where mpinb encrypts by default) "
+                                     "but this pyzmq lacks CurveZMQ (zmq.has('curve') is False): install pyzmq's wheel "
+                                     "from PyPI, or pass encrypt=False and read its warning first.")
             listen.append("--IPController.enable_curve=True")
         elif not self.private_sockets:
             warnings.warn(_unencrypted_warning(cluster_kw["controller_ip"], settings.on_this_host), stacklevel=4)
